@@ -1,0 +1,49 @@
+# allmem: every table and figure is a make target. `make help` lists them.
+SHELL := /bin/bash
+PY_SYS ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export WANDB_MODE ?= disabled
+export TOKENIZERS_PARALLELISM := false
+
+# Methods run by `make reproduce` on the full LoCoMo (offline backend).
+METHODS ?= full_history,naive_rag,bm25,allmem_noatc,allmem
+REPRO_DIR ?= results/runs/reproduce
+
+.PHONY: help setup test reproduce lint format table clean bench
+
+help: ## List the targets
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-12s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PY_SYS) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0   # first: the CPU wheel on local disk (see README)
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+setup: $(STAMP) ## Create .venv and install torch (CPU) then allmem; idempotent
+
+test: $(STAMP) ## Run the test suite (offline)
+	$(PY) -m pytest tests
+
+reproduce: $(STAMP) ## Run every method on the full LoCoMo (offline backend) and print the results table
+	$(VENV)/bin/allmem run -m dataset=locomo method=$(METHODS) hydra/launcher=basic run.root=$(REPRO_DIR)
+	$(VENV)/bin/allmem report $(REPRO_DIR) --out results/tables/locomo_offline.md
+
+bench: $(STAMP) ## Retrieval latency benchmark (numpy vs faiss, visible vs full surface)
+	$(PY) scripts/bench_latency.py
+
+lint: $(STAMP) ## ruff check + format check
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP) ## Apply ruff fixes and formatting
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+clean: ## Remove run directories and caches (keeps .venv)
+	rm -rf results/runs results/.hydra .cache .pytest_cache

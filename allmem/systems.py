@@ -1,0 +1,74 @@
+"""The one interface every memory system implements (All-Mem and every baseline).
+
+The harness streams a dialogue into a system chronologically, then asks it queries. The harness, not the
+system, enforces the context budget, generates answers and scores them.
+
+Lifecycle per dialogue::
+
+    system.reset(dialogue_id)
+    for session in dialogue.sessions:           # chronological
+        system.start_session(session.info)
+        for turn in session.turns:
+            system.ingest(turn)
+        system.end_session(session.info)
+    system.end_stream()
+    result = system.retrieve(query_text, question_date)   # many times
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from allmem.types import RetrievalResult, SessionInfo, Turn
+
+
+@dataclass
+class Resources:
+    """Shared services a system may use; built once per run by the runner.
+
+    ``embedder``: allmem.embed.Embedder; ``llm``: allmem.llm client (None until the LLM layer exists);
+    ``run_dir``: where a system may write its own artefacts (e.g. ``atc_events.jsonl``).
+    """
+
+    embedder: Any = None
+    llm: Any = None
+    run_dir: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class MemorySystem(ABC):
+    """Base class. Subclasses are built from ``configs/method/<name>.yaml`` with ``resources=`` passed in."""
+
+    name: str = "system"
+
+    def __init__(self, resources: Resources | None = None) -> None:
+        self.resources = resources or Resources()
+
+    @abstractmethod
+    def reset(self, dialogue_id: str) -> None:
+        """Forget everything: a new dialogue's memory starts empty."""
+
+    def start_session(self, session: SessionInfo) -> None:  # noqa: B027 - optional hook
+        """A session begins (all its turns share ``session.date``)."""
+
+    @abstractmethod
+    def ingest(self, turn: Turn) -> None:
+        """Write one turn into memory (online path)."""
+
+    def end_session(self, session: SessionInfo) -> None:  # noqa: B027 - optional hook
+        """A session ended (All-Mem triggers consolidation here)."""
+
+    def end_stream(self) -> None:  # noqa: B027 - optional hook
+        """No more turns will come for this dialogue."""
+
+    @abstractmethod
+    def retrieve(self, query: str, when: datetime | None = None) -> RetrievalResult:
+        """Ranked units for ``query`` asked at time ``when``; best first."""
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for the run's metrics (unit counts, tokens spent, ...). JSON-serialisable."""
+        return {}
