@@ -1,0 +1,112 @@
+"""Markdown tables built only from run directories (metrics.json, predictions.jsonl, config.yaml)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from allmem import rundir
+from allmem.metrics import score_records
+
+# Conversations any LoCoMo-fitted threshold may be fitted on (DEVELOPERS.md); the other five are held out.
+LOCOMO_FIT = ("conv-26", "conv-30", "conv-41", "conv-42", "conv-43")
+
+MAIN_COLUMNS = (("F1", "f1"), ("BLEU-1", "bleu1"), ("ROUGE-L", "rougeL"), ("R@5", "r@5"), ("N@5", "n@5"))
+
+
+@dataclass(frozen=True)
+class Run:
+    path: Path
+    method: str
+    dataset: str
+    protocol: str
+    metrics: dict[str, Any]
+
+    @property
+    def offline(self) -> bool:
+        return bool(self.metrics.get("backend", {}).get("offline", False))
+
+    def records(self) -> list[dict[str, Any]]:
+        return rundir.read_jsonl(self.path / rundir.PREDICTIONS)
+
+
+def find_runs(root: Path) -> list[Run]:
+    """Every complete run directory under ``root`` (a run is complete only when DONE exists)."""
+    runs = []
+    for done in sorted(root.rglob(rundir.DONE)):
+        path = done.parent
+        cfg = OmegaConf.load(path / rundir.CONFIG)
+        metrics = json.loads((path / rundir.METRICS).read_text())
+        runs.append(
+            Run(
+                path=path, method=str(cfg.method.name), dataset=str(cfg.dataset.name),
+                protocol=str(cfg.protocol.name), metrics=metrics,
+            )  # fmt: skip
+        )
+    return runs
+
+
+def fmt(value: Any) -> str:
+    """Means are stored ×100 unrounded; round for display only. Missing values print as n/a."""
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return str(value)
+
+
+def markdown(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(fmt(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _judge_cell(metrics: dict[str, Any]) -> Any:
+    judge = metrics.get("judge")
+    if isinstance(judge, dict):
+        return judge.get("accuracy")
+    return judge
+
+
+def main_table(runs: Sequence[Run]) -> str:
+    """Methods × F1, BLEU-1, ROUGE-L, R@5, N@5, 4o-J (n/a when no LLM judged)."""
+    header = ["Method", *[c for c, _ in MAIN_COLUMNS], "4o-J", "n", "backend"]
+    rows = []
+    for run in runs:
+        overall = run.metrics["overall"]
+        rows.append(
+            [run.method, *[overall.get(key) for _, key in MAIN_COLUMNS], _judge_cell(run.metrics),
+             overall.get("n"), "offline" if run.offline else run.metrics.get("backend", {}).get("llm")]
+        )  # fmt: skip
+    return markdown(header, rows)
+
+
+def group_table(runs: Sequence[Run], metric: str = "f1") -> str:
+    """One metric per category (LoCoMo, keyed by number) or question type (LongMemEval)."""
+    groups = sorted({g for run in runs for g in run.metrics.get("groups", {})})
+    header = ["Method", *groups]
+    rows = [[run.method, *[run.metrics["groups"].get(g, {}).get(metric) for g in groups]] for run in runs]
+    return markdown(header, rows)
+
+
+def split_table(runs: Sequence[Run], keys: Sequence[str] = ("f1", "r@5")) -> str:
+    """All ten LoCoMo conversations, the five any threshold was fitted on, and the five held out."""
+    header = ["Method"]
+    for key in keys:
+        header += [f"{key} all", f"{key} fit (26-43)", f"{key} held-out (44-50)"]
+    rows = []
+    for run in runs:
+        records = run.records()
+        fit = [r for r in records if r["dialogue_id"] in LOCOMO_FIT]
+        held = [r for r in records if r["dialogue_id"] not in LOCOMO_FIT]
+        parts = [score_records(part, run.protocol)["overall"] if part else {} for part in (records, fit, held)]
+        row: list[Any] = [run.method]
+        for key in keys:
+            row += [p.get(key) for p in parts]
+        rows.append(row)
+    return markdown(header, rows)
