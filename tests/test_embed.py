@@ -1,0 +1,87 @@
+"""Embedder: shape/dtype/norm, determinism, and the on-disk cache (counted, not timed)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from allmem.embed import Embedder, model_fingerprint, text_key
+
+TEXTS = [
+    "Caroline: I went to a LGBTQ support group yesterday.",
+    "Melanie: I painted a lake sunrise last year.",
+    "The weather is nice today.",
+]
+
+
+def test_shape_dtype_norm(embedder: Embedder) -> None:
+    vecs = embedder.encode(TEXTS)
+    assert vecs.shape == (3, 384) and vecs.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
+    one = embedder.encode_one(TEXTS[0])
+    assert one.shape == (384,) and one.dtype == np.float32
+    np.testing.assert_allclose(one, vecs[0], atol=1e-6)
+    assert embedder.dim == 384 and embedder.name == "all-MiniLM-L6-v2"
+    assert embedder.encode([]).shape == (0, 384)
+
+
+def test_semantics_and_determinism(tmp_path) -> None:
+    # two independent embedders with separate caches must compute the same vectors
+    a = Embedder(cache_dir=tmp_path / "a", num_threads=1)
+    b = Embedder(cache_dir=tmp_path / "b", num_threads=1)
+    va, vb = a.encode(TEXTS), b.encode(list(reversed(TEXTS)))[::-1]
+    np.testing.assert_allclose(va, vb, atol=1e-5)
+    q = a.encode_one("Did Caroline attend a support group?")
+    sims = va @ q
+    assert int(np.argmax(sims)) == 0  # the paraphrase is nearest
+
+
+def test_cache_hit_on_rerun(tmp_path) -> None:
+    first = Embedder(cache_dir=tmp_path, num_threads=1)
+    v1 = first.encode(TEXTS + [TEXTS[0]])  # duplicate inside one batch is encoded once
+    assert (first.misses, first.hits) == (3, 1)
+    first.encode(TEXTS)  # memo
+    assert (first.misses, first.hits) == (3, 4)
+    first.close()
+
+    second = Embedder(cache_dir=tmp_path, num_threads=1)
+    v2 = second.encode(TEXTS)
+    assert (second.misses, second.hits) == (0, 3)
+    assert second._model is None  # a fully cached rerun never loads the model
+    np.testing.assert_array_equal(v1[:3], v2)
+
+    second.encode(["a new sentence"])
+    assert second.misses == 1
+
+
+def test_keys_differ_by_text_and_model(tmp_path) -> None:
+    assert text_key("a") != text_key("b") and text_key("a") == text_key("a")
+    assert len(text_key("x")) == 64
+    emb = Embedder(cache_dir=tmp_path)
+    fp = model_fingerprint(emb.model_path)
+    assert emb.identity == f"all-MiniLM-L6-v2@{fp[:16]}"
+    # a copy of the model folder with one config byte changed gets a different identity
+    import shutil
+
+    with pytest.raises(FileNotFoundError):
+        model_fingerprint(tmp_path / "empty_dir_missing")
+
+    other = tmp_path / "model_copy"
+    shutil.copytree(emb.model_path, other, ignore=shutil.ignore_patterns("*.safetensors"))
+    before = model_fingerprint(other)
+    assert before != fp  # the weights file is part of the identity
+    (other / "config.json").write_text((other / "config.json").read_text() + " ")
+    after = model_fingerprint(other)
+    assert after != before
+    (other / "README.md").write_text("docs do not count")
+    assert model_fingerprint(other) == after
+
+
+def test_bad_input_is_a_clear_error(tmp_path) -> None:
+    emb = Embedder(cache_dir=tmp_path)
+    with pytest.raises(TypeError, match=r"texts\[1\]"):
+        emb.encode(["ok", 3])  # type: ignore[list-item]
+    with pytest.raises(TypeError):
+        emb.encode("not a list")
+    with pytest.raises(FileNotFoundError, match="model_path"):
+        Embedder(model_path=tmp_path / "nope")
