@@ -1,0 +1,127 @@
+"""Retrieval metrics over ranked source ids, and the step that turns ranked units into ranked source ids.
+
+Memory systems return ranked *units* (a turn, a fact, a merged summary); the benchmarks label *source ids*
+(LoCoMo turn ids, LongMemEval session ids). ``rank_source_ids`` is the one bridge between the two, so every
+system is credited the same way.
+
+Conventions (documented because the papers differ):
+- Ranked ids are de-duplicated keeping the first occurrence: the list is already best-first, so a repeated id
+  can only move an id down, never up, and counting it twice would inflate recall.
+- Gold ids use set semantics: a gold id listed twice (LoCoMo conv-50 has ``['D4:5', 'D4:5', 'D5:5']``) is
+  one id, so ``|gold|`` is the number of distinct ids. Order of first appearance is kept for determinism.
+- Gold ids are compared as raw strings; the 9 LoCoMo evidence strings that match no turn simply never match.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+from allmem.types import Retrieved
+
+
+def dedupe(ids: Iterable[str]) -> list[str]:
+    """Distinct ids in order of first appearance."""
+    seen: set[str] = set()
+    out: list[str] = []
+    for i in ids:
+        if i not in seen:
+            seen.add(i)
+            out.append(i)
+    return out
+
+
+def rank_source_ids(units: Sequence[Retrieved]) -> list[str]:
+    """Ranked units → ranked source ids.
+
+    Each source id takes the best score of any unit holding it (a merged unit credits all its source ids);
+    ids are sorted by that score, descending, ties kept in order of first appearance in ``units``.
+    """
+    best: dict[str, float] = {}
+    first: dict[str, int] = {}
+    for unit in units:
+        for sid in unit.source_ids:
+            if sid not in first:
+                first[sid] = len(first)
+                best[sid] = unit.score
+            elif unit.score > best[sid]:
+                best[sid] = unit.score
+    return sorted(first, key=lambda sid: (-best[sid], first[sid]))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Protocol allmem: R@k and N@k
+# ---------------------------------------------------------------------------------------------------------
+
+
+def recall_at_k(ranked: Sequence[str], gold: Iterable[str], k: int) -> float:
+    """|gold ∩ top-k| / |gold| over distinct ids; 0 when there is no gold (the item still counts)."""
+    gold_set = set(gold)
+    if not gold_set:
+        return 0.0
+    top = set(dedupe(ranked)[:k])
+    return len(gold_set & top) / len(gold_set)
+
+
+def ndcg_at_k(ranked: Sequence[str], gold: Iterable[str], k: int) -> float:
+    """Binary-relevance NDCG: DCG = Σ rel_i / log2(i+1) over the top k, IDCG over min(|gold|, k) hits."""
+    gold_set = set(gold)
+    if not gold_set:
+        return 0.0
+    top = dedupe(ranked)[:k]
+    dcg = sum(1.0 / math.log2(i + 1) for i, sid in enumerate(top, start=1) if sid in gold_set)
+    idcg = sum(1.0 / math.log2(i + 1) for i in range(1, min(len(gold_set), k) + 1))
+    return dcg / idcg
+
+
+def allmem_retrieval(ranked: Sequence[str], gold: Iterable[str], ks: Sequence[int]) -> dict[str, float]:
+    """``R@k`` and ``N@k`` for every k, in the order R@k1, N@k1, R@k2, ..."""
+    gold_ids = dedupe(gold)
+    ranked_ids = dedupe(ranked)
+    out: dict[str, float] = {}
+    for k in ks:
+        out[f"R@{k}"] = recall_at_k(ranked_ids, gold_ids, k)
+        out[f"N@{k}"] = ndcg_at_k(ranked_ids, gold_ids, k)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Protocol longmemeval: the official recall_any / recall_all / ndcg_any
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _lme_dcg(relevances: Sequence[float]) -> float:
+    """LongMemEval's DCG: ranks 1 and 2 both weigh 1, then rank i weighs 1/log2(i)."""
+    return sum(rel if i == 1 else rel / math.log2(i) for i, rel in enumerate(relevances, start=1))
+
+
+def longmemeval_ndcg(ranked: Sequence[str], gold: Iterable[str], k: int) -> float:
+    """Official ``ndcg_any@k``: ideal ranking puts min(|gold|, k) relevant ids first; 0 with no gold."""
+    gold_set = set(gold)
+    ideal = _lme_dcg([1.0] * min(len(gold_set), k))
+    if ideal == 0:
+        return 0.0
+    top = dedupe(ranked)[:k]
+    return _lme_dcg([1.0 if sid in gold_set else 0.0 for sid in top]) / ideal
+
+
+def longmemeval_retrieval(ranked: Sequence[str], gold: Iterable[str], ks: Sequence[int]) -> dict[str, float]:
+    """``recall_any@k`` (any gold in top k), ``recall_all@k`` (every gold in top k), ``ndcg_any@k``.
+
+    With no gold the official code gives recall_any 0 and recall_all 1 (``all`` of nothing); we keep that
+    so numbers match the official script, though LongMemEval has no such non-abstention item.
+    """
+    gold_ids = dedupe(gold)
+    ranked_ids = dedupe(ranked)
+    out: dict[str, float] = {}
+    for k in ks:
+        top = set(ranked_ids[:k])
+        out[f"recall_any@{k}"] = float(any(g in top for g in gold_ids))
+        out[f"recall_all@{k}"] = float(all(g in top for g in gold_ids))
+        out[f"ndcg_any@{k}"] = longmemeval_ndcg(ranked_ids, gold_ids, k)
+    return out
+
+
+def is_abstention(question_id: str) -> bool:
+    """LongMemEval abstention questions carry ``_abs`` in their id (the official test is a substring)."""
+    return "_abs" in question_id
