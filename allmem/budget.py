@@ -1,0 +1,118 @@
+"""The matched context budget: every method's evidence is cut to the same number of generator tokens.
+
+PROTOCOL: "evidence beyond the budget is dropped in the method's own ranking order, at unit boundaries". We read
+that as a *prefix* cut: walk the ranking best-first and stop at the first unit that does not fit; it and every
+unit ranked after it are dropped. Why not skip it and keep filling with smaller, lower-ranked units: that would
+let a method's context depend on unit lengths rather than its ranking (a method with short low-ranked units
+would get extra evidence no ranking asked for), and the packed set would no longer be "the method's top-n".
+Units are never truncated, so a first unit larger than the whole budget leaves the context empty.
+
+The kept units are then ordered chronologically (timestamp, then natural id order, so ``D3:5`` precedes
+``D3:10``) and rendered one line each: ``[8 May 2023] Speaker: text``. Only the date is shown: LoCoMo sessions
+carry a time of day nobody asks about, and a date per line is what the generation prompt's "resolve relative
+dates with the log entry's date" needs; the chronological order already conveys same-day order.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+
+from allmem.tokens import count_tokens
+from allmem.types import Retrieved
+
+_WS = re.compile(r"\s+")
+_DIGITS = re.compile(r"(\d+)")
+
+
+@dataclass(frozen=True)
+class Packed:
+    """What the generator sees (``units``/``lines``/``text``, chronological) and the token accounting.
+
+    ``used_tokens``: tokens of ``text`` (the rendered context); ``dropped_tokens``: tokens of the rendered lines
+    of the units that were not packed; ``n_dropped``: how many units were dropped.
+    """
+
+    units: tuple[Retrieved, ...]
+    lines: tuple[str, ...]
+    text: str
+    used_tokens: int
+    dropped_tokens: int
+    n_dropped: int
+
+
+@lru_cache(maxsize=1 << 16)
+def _line_tokens(line: str) -> int:
+    """Memoised: whole-history methods re-render the same lines for every question."""
+    return count_tokens(line)
+
+
+def format_date(ts: datetime) -> str:
+    """``8 May 2023``: LoCoMo's gold answers use this form (no zero padding)."""
+    return f"{ts.day} {ts:%B} {ts.year}"
+
+
+def render_unit(unit: Retrieved) -> str:
+    """One context line: ``[date] Speaker: text``; the speaker is not repeated if the text already starts with it.
+
+    Newlines inside a unit (LongMemEval assistant turns) are collapsed so each unit stays one line.
+    """
+    text = _WS.sub(" ", unit.text).strip()
+    if unit.speaker and not text.startswith(f"{unit.speaker}:"):
+        text = f"{unit.speaker}: {text}"
+    if unit.timestamp is not None:
+        return f"[{format_date(unit.timestamp)}] {text}"
+    return text
+
+
+def _natural(s: str) -> tuple[tuple[int, int | str], ...]:
+    """Sort key that orders digit runs numerically: ``D3:5`` < ``D3:10`` < ``D10:1``."""
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in _DIGITS.split(s) if p)
+
+
+def chronological(units: Sequence[Retrieved]) -> list[Retrieved]:
+    """Timestamp, then natural id order, then ranking position; undated units go last in ranking order."""
+    indexed = list(enumerate(units))
+    dated = [x for x in indexed if x[1].timestamp is not None]
+    undated = [x for x in indexed if x[1].timestamp is None]
+    dated.sort(key=lambda x: (x[1].timestamp, _natural(x[1].id), x[0]))
+    return [u for _, u in dated + undated]
+
+
+def pack(units: Sequence[Retrieved], budget_tokens: int) -> Packed:
+    """Keep the longest prefix of ``units`` (ranking order, best first) whose rendered context fits the budget.
+
+    A unit costs its line's tokens plus one for the newline joining it; the exact token count of the final text
+    is checked as well (BPE over a joined string need not be additive) and the prefix shortened if it overflows,
+    so ``used_tokens <= budget_tokens`` always holds.
+    """
+    if budget_tokens < 0:
+        raise ValueError(f"budget.tokens must be >= 0, got {budget_tokens}")
+    lines = [render_unit(u) for u in units]
+    costs = [_line_tokens(line) for line in lines]
+    n_keep, total = 0, 0
+    for cost in costs:
+        step = cost + (1 if n_keep else 0)
+        if total + step > budget_tokens:
+            break
+        total += step
+        n_keep += 1
+    while True:
+        kept = chronological(units[:n_keep])
+        kept_lines = [render_unit(u) for u in kept]
+        text = "\n".join(kept_lines)
+        used = count_tokens(text)
+        if used <= budget_tokens or n_keep == 0:
+            break
+        n_keep -= 1
+    return Packed(
+        units=tuple(kept),
+        lines=tuple(kept_lines),
+        text=text,
+        used_tokens=used,
+        dropped_tokens=sum(costs[n_keep:]),
+        n_dropped=len(units) - n_keep,
+    )
