@@ -85,9 +85,9 @@ def chronological(units: Sequence[Retrieved]) -> list[Retrieved]:
 def pack(units: Sequence[Retrieved], budget_tokens: int) -> Packed:
     """Keep the longest prefix of ``units`` (ranking order, best first) whose rendered context fits the budget.
 
-    A unit costs its line's tokens plus one for the newline joining it; the exact token count of the final text
-    is checked as well (BPE over a joined string need not be additive) and the prefix shortened if it overflows,
-    so ``used_tokens <= budget_tokens`` always holds.
+    A unit first costs its line's tokens plus one for the joining newline (memoised, cheap); since BPE over the
+    joined string need not be additive, the prefix is then adjusted with exact counts of the rendered text, so
+    the result is the longest prefix whose context fits and ``used_tokens <= budget_tokens`` always holds.
     """
     if budget_tokens < 0:
         raise ValueError(f"budget.tokens must be >= 0, got {budget_tokens}")
@@ -100,14 +100,24 @@ def pack(units: Sequence[Retrieved], budget_tokens: int) -> Packed:
             break
         total += step
         n_keep += 1
-    while True:
-        kept = chronological(units[:n_keep])
+
+    def render(n: int) -> tuple[list[Retrieved], list[str], str, int]:
+        kept = chronological(units[:n])
         kept_lines = [render_unit(u) for u in kept]
         text = "\n".join(kept_lines)
-        used = count_tokens(text)
-        if used <= budget_tokens or n_keep == 0:
+        return kept, kept_lines, text, count_tokens(text)
+
+    best = render(n_keep)
+    # the estimate is usually an upper bound (".\n" can merge into one token): grow while the exact text fits
+    while n_keep < len(units):
+        grown = render(n_keep + 1)
+        if grown[3] > budget_tokens:
             break
+        best, n_keep = grown, n_keep + 1
+    while best[3] > budget_tokens and n_keep > 0:
         n_keep -= 1
+        best = render(n_keep)
+    kept, kept_lines, text, used = best
     return Packed(
         units=tuple(kept),
         lines=tuple(kept_lines),

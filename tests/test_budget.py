@@ -56,8 +56,10 @@ def test_kept_units_are_rendered_chronologically() -> None:
 
 
 def test_exact_fit_and_edges() -> None:
-    a, b = unit("D1:1", "Caroline: one two", D1), unit("D1:2", "Caroline: three", D1)
+    a, b = unit("D1:1", "Caroline: one two.", D1), unit("D1:2", "Caroline: three.", D1)
     full = pack([a, b], 10_000)
+    # ".\n" is one o200k token, so the joined text is cheaper than line + newline + line: still must fit
+    assert full.used_tokens < count_tokens(full.lines[0]) + 1 + count_tokens(full.lines[1])
     assert pack([a, b], full.used_tokens).n_dropped == 0  # exactly the budget still fits
     assert pack([a, b], full.used_tokens - 1).n_dropped == 1
     empty = pack([a], 0)
