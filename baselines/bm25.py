@@ -1,0 +1,77 @@
+"""BM25 (Okapi, ``rank_bm25.BM25Okapi`` defaults k1=1.5, b=0.75) over the rendered turns, top ``k``.
+
+Tokenisation is deliberately simple and documented so results are reproducible: lowercase, words are runs of
+letters/digits (an apostrophe splits: "don't" → "don", "t"), English stop words removed (the list below, in the
+spirit of NLTK's, written out here so no corpus download is needed), no stemming. Stop-word removal matters for
+conversational text: without it "what", "did", "the" dominate short queries. The index is rebuilt lazily when
+turns were added since the last retrieval.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import datetime
+
+import numpy as np
+from rank_bm25 import BM25Okapi
+
+from allmem.systems import Resources
+from allmem.types import RetrievalResult
+
+from ._turns import TurnMemory
+
+STOP_WORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before being below
+    between both but by can could did do does doing don down during each few for from further had has have
+    having he her here hers herself him himself his how i if in into is it its itself just me more most my
+    myself no nor not now of off on once only or other our ours ourselves out over own s same she should so
+    some such t than that the their theirs them themselves then there these they this those through to too
+    under until up very was we were what when where which while who whom why will with would you your yours
+    yourself yourselves ll re ve d m o y ain isn aren wasn weren hasn haven hadn doesn didn won wouldn shan
+    shouldn couldn mustn needn mightn let us also""".split()
+)
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def tokenize(text: str) -> list[str]:
+    """Lowercase alphanumeric words minus stop words."""
+    return [w for w in _WORD.findall(text.lower()) if w not in STOP_WORDS]
+
+
+class BM25(TurnMemory):
+    name = "bm25"
+
+    def __init__(self, k: int | None = 50, resources: Resources | None = None) -> None:
+        super().__init__(k=k, resources=resources)
+        self._index: BM25Okapi | None = None
+        self._indexed = 0
+
+    def reset(self, dialogue_id: str) -> None:
+        super().reset(dialogue_id)
+        self._index, self._indexed = None, 0
+
+    def _build(self) -> float:
+        t0 = time.perf_counter()
+        if self.turns and self._indexed != len(self.turns):
+            # BM25Okapi cannot take an empty corpus or an all-empty document list: pad empty docs with a
+            # token no query can produce, so every turn keeps its row
+            docs = [tokenize(t.render()) or ["\0"] for t in self.turns]
+            self._index = BM25Okapi(docs)
+            self._indexed = len(self.turns)
+        return 1000 * (time.perf_counter() - t0)
+
+    def end_stream(self) -> None:
+        self._build()
+
+    def retrieve(self, query: str, when: datetime | None = None) -> RetrievalResult:
+        build_ms = self._build()
+        t0 = time.perf_counter()
+        terms = tokenize(query)
+        if self._index is None or not terms:
+            scores = np.zeros(len(self.turns), dtype=np.float64)
+        else:
+            scores = np.asarray(self._index.get_scores(terms), dtype=np.float64)
+        result = self.ranked(scores, {})
+        timings = {"index": build_ms, "search": 1000 * (time.perf_counter() - t0)}
+        return RetrievalResult(units=result.units, timings_ms=timings)
