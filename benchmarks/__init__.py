@@ -1,0 +1,79 @@
+"""Benchmark loaders: raw dataset files → ``allmem.types.Dialogue``.
+
+The runner calls ``load_dataset(cfg.dataset)``; the config names the loader (``_target_``) so adding a benchmark
+means adding a loader and a ``configs/dataset/<name>.yaml``, nothing else. Loaders are imported on use, so
+importing this package stays cheap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from allmem.types import Dialogue
+from benchmarks.errors import DatasetError
+
+__all__ = ["DatasetError", "load_dataset"]
+
+# Keys of configs/dataset/*.yaml that load_dataset consumes; every other key is passed to the loader.
+_HARNESS_KEYS = ("name", "_target_", "path", "limit_dialogues", "limit_questions")
+
+
+def _as_dict(cfg: Any) -> dict[str, Any]:
+    if isinstance(cfg, Mapping):
+        return dict(cfg)
+    try:  # an OmegaConf DictConfig (what Hydra hands the runner)
+        from omegaconf import OmegaConf
+
+        container = OmegaConf.to_container(cfg, resolve=True)
+    except Exception as exc:  # noqa: BLE001 - report what we got, whatever went wrong
+        raise TypeError(f"dataset config must be a mapping, got {type(cfg).__name__}") from exc
+    if not isinstance(container, dict):
+        raise TypeError(f"dataset config must be a mapping, got {type(cfg).__name__}")
+    return {str(k): v for k, v in container.items()}
+
+
+def _import(target: str) -> Callable[..., list[Dialogue]]:
+    module_name, _, attr = target.rpartition(".")
+    if not module_name:
+        raise ValueError(f"dataset _target_ must be 'module.function', got {target!r}")
+    fn = getattr(importlib.import_module(module_name), attr, None)
+    if not callable(fn):
+        raise ValueError(f"dataset _target_ {target!r} is not a callable")
+    return fn
+
+
+def _limit(cfg: Mapping[str, Any], key: str) -> int | None:
+    value = cfg.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"dataset.{key} must be null or a non-negative integer, got {value!r}")
+    return value
+
+
+def load_dataset(cfg: Any) -> list[Dialogue]:
+    """Dialogues for a dataset config (``configs/dataset/*.yaml``), limits applied.
+
+    Resolves ``path`` (``allmem.paths.resolve_data_path``), calls ``_target_`` with the path and the remaining
+    keys (e.g. ``repair_evidence``), then keeps the first ``limit_dialogues`` dialogues and the first
+    ``limit_questions`` questions of each: cheap smoke runs with the real data and the real code path.
+    """
+    from allmem.paths import resolve_data_path
+
+    conf = _as_dict(cfg)
+    missing = [k for k in ("name", "_target_") if not conf.get(k)]
+    if missing:
+        raise ValueError(f"dataset config lacks {', '.join(missing)}")
+    limit_d, limit_q = _limit(conf, "limit_dialogues"), _limit(conf, "limit_questions")
+    loader = _import(str(conf["_target_"]))
+    path = resolve_data_path(str(conf["name"]), conf.get("path"))
+    kwargs = {k: v for k, v in conf.items() if k not in _HARNESS_KEYS}
+    dialogues = loader(path, **kwargs)
+    if limit_d is not None:
+        dialogues = dialogues[:limit_d]
+    if limit_q is not None:
+        dialogues = [dataclasses.replace(d, questions=d.questions[:limit_q]) for d in dialogues]
+    return dialogues

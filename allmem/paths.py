@@ -1,0 +1,98 @@
+"""Where datasets and caches live.
+
+A run must find its data the same way on a developer's checkout, in CI (a fresh clone with ``../shared`` beside
+it) and after ``allmem download``: an explicit ``dataset.path`` wins, then ``data/`` inside the repository (what
+``allmem download`` fills), then ``../shared/data`` beside the repository. Nothing here creates folders or reads
+the network: callers decide when to write.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class DatasetFiles:
+    """Where one dataset lives under a data root: ``<root>/<folder>/<one of files>`` (first found wins)."""
+
+    folder: str
+    files: tuple[str, ...]
+    title: str
+
+
+# One table for the resolver and the downloader, so both agree on where a file goes.
+DATASETS: dict[str, DatasetFiles] = {
+    "locomo": DatasetFiles("locomo", ("locomo10.json", "locomo10.zip"), "LoCoMo"),
+    "longmemeval_s": DatasetFiles(
+        "longmemeval", ("longmemeval_s_cleaned.json", "longmemeval_s.json"), "LongMemEval-s"
+    ),
+}
+
+
+class DataNotFoundError(FileNotFoundError):
+    """A dataset file could not be found; the message says where we looked and how to get it."""
+
+
+def repo_root() -> Path:
+    """The repository checkout allmem runs from.
+
+    The package is installed editable, so the folder above ``allmem/`` is the checkout; for a non-editable
+    install (no ``pyproject.toml`` there) the current directory is the best guess.
+    """
+    root = Path(__file__).resolve().parents[1]
+    return root if (root / "pyproject.toml").exists() else Path.cwd()
+
+
+def cache_dir() -> Path:
+    """The cache folder: env ``ALLMEM_CACHE`` if set (relative to the current directory), else ``<repo>/.cache``.
+
+    Not created here: the first writer creates it, so importing or asking has no side effect.
+    """
+    env = os.environ.get("ALLMEM_CACHE")
+    if env:
+        return Path(env).expanduser().resolve()
+    return repo_root() / ".cache"
+
+
+def dataset_files(dataset: str) -> DatasetFiles:
+    """The folder and file names of a known dataset; a clear error for an unknown name."""
+    try:
+        return DATASETS[dataset]
+    except KeyError:
+        known = ", ".join(sorted(DATASETS))
+        raise ValueError(f"unknown dataset {dataset!r}; known datasets: {known}") from None
+
+
+def resolve_data_path(dataset: str, path: str | os.PathLike[str] | None, *, root: Path | None = None) -> Path:
+    """The file (or folder) to load for ``dataset``.
+
+    ``path``, when given, must exist (relative paths are taken from the current directory). Otherwise the first
+    existing ``<repo>/data/<folder>/<file>``, then ``<repo>/../shared/data/<folder>/<file>``. ``root`` replaces the
+    repository root (tests use it).
+    """
+    spec = dataset_files(dataset)
+    if path is not None and str(path) != "":
+        explicit = Path(path).expanduser()
+        if not explicit.exists():
+            raise DataNotFoundError(
+                f"{spec.title}: dataset.path {str(path)!r} does not exist "
+                f"(resolved to {explicit.resolve()}); fix the path or run `allmem download {dataset}`"
+            )
+        return explicit
+    base = root if root is not None else repo_root()
+    candidates = [
+        data_root / spec.folder / name
+        for data_root in (base / "data", base.parent / "shared" / "data")
+        for name in spec.files
+    ]
+    for cand in candidates:
+        if cand.exists():
+            return cand
+    looked = "\n  ".join(str(c) for c in candidates)
+    raise DataNotFoundError(
+        f"{spec.title} not found. Looked in:\n  {looked}\n"
+        f"Run `allmem download {dataset}` (writes {base / 'data' / spec.folder / spec.files[0]}) "
+        f"or set dataset.path=/path/to/{spec.files[0]}"
+    )

@@ -1,0 +1,130 @@
+"""LongMemEval-s (Wu et al., ICLR 2025) → ``Dialogue``s, one per question.
+
+Each LongMemEval question carries its own haystack of ~50 sessions, so every question is its own memory stream:
+``Dialogue.id == Question.id == question_id``. The benchmark scores retrieval by session
+(``answer_session_ids``), so every turn's ``source_id`` is its session id while ``Turn.id`` stays unique
+(``<session_id>:<turn index>``). Sessions are sorted by their ``haystack_dates`` (the official ``_s`` file is
+already sorted; the oracle file is not), ties kept in file order. Abstention questions (ids ending ``_abs``) load
+like any other; scorers recognise them by the id.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from datetime import datetime
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+from allmem.types import Dialogue, Question, Session, Turn
+from benchmarks.errors import DatasetError, Where, parse_json
+
+log = logging.getLogger(__name__)
+
+_DATE_RE = re.compile(r"\s*(\d{4})/(\d{1,2})/(\d{1,2})\s*(?:\([A-Za-z]{3}\))?\s*(\d{1,2}):(\d{2})\s*")
+_SPEAKERS = {"user": "User", "assistant": "Assistant"}
+
+
+def parse_longmemeval_date(text: str) -> datetime:
+    """``2023/05/30 (Tue) 23:40`` → ``datetime(2023, 5, 30, 23, 40)``; the weekday is informative only."""
+    m = _DATE_RE.fullmatch(text)
+    if not m:
+        raise ValueError(f"cannot parse date {text!r}")
+    try:
+        return datetime(*(int(g) for g in m.groups()))
+    except ValueError:
+        raise ValueError(f"cannot parse date {text!r}") from None
+
+
+def load_longmemeval(path: str | PathLike[str]) -> list[Dialogue]:
+    """All questions of a LongMemEval file (a JSON list of question records, the official format)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"LongMemEval path does not exist: {path}")
+    if path.is_dir():
+        raise DatasetError(str(path), "expected a JSON file (e.g. longmemeval_s_cleaned.json), got a folder")
+    source = str(path)
+    doc = parse_json(path.read_bytes(), source)
+    if not isinstance(doc, list):
+        raise DatasetError(source, f"expected a JSON list of question records, got {type(doc).__name__}")
+    dialogues: list[Dialogue] = []
+    seen: set[str] = set()
+    for i, entry in enumerate(doc):
+        Where(source, f"#{i}").check(entry, dict, f"[{i}]")
+        qid = Where(source, f"#{i}").get(entry, "question_id", str)
+        if qid in seen:
+            raise DatasetError(source, "duplicate question_id", sample=qid, field="question_id")
+        seen.add(qid)
+        dialogues.append(_dialogue(entry, Where(source, qid)))
+    return dialogues
+
+
+def _dialogue(entry: dict[str, Any], where: Where) -> Dialogue:
+    qid = where.sample
+    assert qid is not None
+    ids = where.get(entry, "haystack_session_ids", list)
+    dates = where.get(entry, "haystack_dates", list)
+    sessions_raw = where.get(entry, "haystack_sessions", list)
+    if not len(ids) == len(dates) == len(sessions_raw):
+        raise where.error(
+            "haystack_sessions",
+            f"lengths differ: {len(ids)} haystack_session_ids, {len(dates)} haystack_dates, "
+            f"{len(sessions_raw)} haystack_sessions",
+        )
+    raw: list[tuple[datetime, int, str, list[Any]]] = []
+    for k, (sid, date_text, turns) in enumerate(zip(ids, dates, sessions_raw, strict=True)):
+        where.check(sid, str, f"haystack_session_ids[{k}]")
+        raw.append((_date(date_text, where, f"haystack_dates[{k}]"), k, sid, turns))
+    raw.sort(key=lambda r: (r[0], r[1]))
+    if len({r[2] for r in raw}) != len(raw):
+        log.warning("%s: %s: haystack_session_ids repeat; turn ids will repeat too", where.file, qid)
+
+    sessions: list[Session] = []
+    order = 0
+    for index, (date, k, sid, turn_dicts) in enumerate(raw):
+        where.check(turn_dicts, list, f"haystack_sessions[{k}]")
+        turns: list[Turn] = []
+        for j, td in enumerate(turn_dicts):
+            f = f"haystack_sessions[{k}][{j}]"
+            where.check(td, dict, f)
+            role = where.get(td, "role", str, field=f"{f}.role")
+            if role not in _SPEAKERS:
+                raise where.error(f"{f}.role", f"expected 'user' or 'assistant', got {role!r}")
+            turns.append(
+                Turn(
+                    id=f"{sid}:{j}",
+                    session_id=sid,
+                    speaker=_SPEAKERS[role],
+                    text=where.get(td, "content", str, field=f"{f}.content"),
+                    timestamp=date,
+                    order=order,
+                    role=role,
+                    source_id=sid,
+                )
+            )
+            order += 1
+        sessions.append(Session(sid, date, index, tuple(turns)))
+
+    answer = where.get(entry, "answer", (str, int, float))
+    evidence = where.get(entry, "answer_session_ids", list)
+    for k, e in enumerate(evidence):
+        where.check(e, str, f"answer_session_ids[{k}]")
+    question = Question(
+        id=qid,
+        dialogue_id=qid,
+        text=where.get(entry, "question", str),
+        gold=str(int(answer)) if isinstance(answer, float) and answer.is_integer() else str(answer),
+        evidence=tuple(evidence),
+        question_type=where.get(entry, "question_type", str),
+        date=_date(where.get(entry, "question_date", str), where, "question_date"),
+    )
+    return Dialogue(qid, tuple(sessions), (question,), ("User", "Assistant"), where.file)
+
+
+def _date(value: Any, where: Where, field: str) -> datetime:
+    where.check(value, str, field)
+    try:
+        return parse_longmemeval_date(value)
+    except ValueError as exc:
+        raise where.error(field, str(exc)) from None
