@@ -1,0 +1,135 @@
+"""The LLM layer: one chat interface, backends (offline, openai, replay), SQLite cache, cost ledger, prompts.
+
+Build a client from the ``llm`` config group with ``build_llm(cfg.llm, run_dir=..., cache_dir=...)`` and call
+roles (``allmem.llm.roles``) with it. See ``allmem/llm/README.md`` for the config fields and how to add roles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from allmem.llm.base import (
+    PHASES,
+    ChatRequest,
+    ChatResult,
+    LLMError,
+    ParseFailure,
+    ReplayMiss,
+    TransportError,
+)
+from allmem.llm.cache import ResponseCache
+from allmem.llm.client import LLM
+from allmem.llm.ledger import Ledger
+from allmem.llm.prompts import build_request
+
+__all__ = [
+    "LLM",
+    "PHASES",
+    "ChatRequest",
+    "ChatResult",
+    "LLMError",
+    "Ledger",
+    "ParseFailure",
+    "ReplayMiss",
+    "ResponseCache",
+    "TransportError",
+    "build_llm",
+    "build_request",
+]
+
+BACKENDS = ("offline", "openai", "replay")
+_KNOWN = {
+    "backend", "model", "base_url", "api_key_env", "temperature", "timeout_s", "max_retries", "backoff_base_s",
+    "backoff_max_s", "max_concurrency", "rpm", "tpm", "cache", "judge", "dry_run", "replay_of", "prices",
+}  # fmt: skip
+
+
+def _as_dict(cfg: Any) -> dict[str, Any]:
+    if cfg is None:
+        return {}
+    try:
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(cfg, DictConfig):
+            return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    except ImportError:  # pragma: no cover - omegaconf is a dependency
+        pass
+    if isinstance(cfg, Mapping):
+        return dict(cfg)
+    raise TypeError(f"llm config: expected a mapping, got {type(cfg).__name__}")
+
+
+def build_llm(cfg_llm: Any, run_dir: str | Path | None = None, cache_dir: str | Path | None = None) -> LLM:
+    """The ``LLM`` described by the ``llm`` config group.
+
+    ``run_dir``: the ledger goes to ``<run_dir>/calls.jsonl`` (none when None). ``cache_dir``: folder for the
+    response cache when ``cache.path`` is empty or relative (default: ``allmem.paths.cache_dir()``).
+    Errors name the config field (``llm.<field>``).
+    """
+    cfg = _as_dict(cfg_llm)
+    unknown = sorted(k for k in cfg if k not in _KNOWN and not str(k).startswith("_"))
+    if unknown:
+        raise LLMError(
+            f"llm config: unknown field(s) {', '.join('llm.' + k for k in unknown)}; known: {sorted(_KNOWN)}"
+        )
+    backend_name = cfg.get("backend", "offline")
+    if backend_name not in BACKENDS:
+        raise LLMError(f"llm.backend: {backend_name!r} is not one of {BACKENDS}")
+    model = str(cfg.get("model") or ("offline" if backend_name == "offline" else ""))
+    if not model:
+        raise LLMError(f"llm.model: required for backend {backend_name}")
+    judge = dict(cfg.get("judge") or {})
+    cache_cfg = dict(cfg.get("cache") or {})
+
+    if backend_name == "offline":
+        from allmem.llm.offline import OfflineBackend
+
+        backend: Any = OfflineBackend(model=model)
+    elif backend_name == "openai":
+        from allmem.llm.openai_backend import OpenAIBackend
+
+        backend = OpenAIBackend(
+            model=model,
+            base_url=str(cfg.get("base_url") or ""),
+            api_key_env=str(cfg.get("api_key_env") or ""),
+            timeout_s=float(cfg.get("timeout_s", 60)),
+            max_retries=int(cfg.get("max_retries", 4)),
+            backoff_base_s=float(cfg.get("backoff_base_s", 1.0)),
+            backoff_max_s=float(cfg.get("backoff_max_s", 60.0)),
+            max_concurrency=int(cfg.get("max_concurrency", 4)),
+            rpm=cfg.get("rpm"),
+            tpm=cfg.get("tpm"),
+        )
+    else:
+        from allmem.llm.openai_backend import ReplayBackend
+
+        backend = ReplayBackend(model=model, of=str(cfg.get("replay_of") or "openai"))
+
+    cache = ResponseCache(
+        _cache_path(cache_cfg.get("path"), cache_dir), enabled=bool(cache_cfg.get("enabled", True))
+    )
+    ledger = Ledger(Path(run_dir) / "calls.jsonl" if run_dir is not None else None)
+    info = {"base_url": cfg.get("base_url"), "api_key_env": cfg.get("api_key_env")}
+    return LLM(
+        backend,
+        cache=cache,
+        ledger=ledger,
+        temperature=float(cfg.get("temperature", 0.0)),
+        judge_model=judge.get("model") or None,
+        judge_temperature=float(judge.get("temperature", 0.0)),
+        max_concurrency=int(cfg.get("max_concurrency", 4)),
+        dry_run=bool(cfg.get("dry_run", False)),
+        info={k: v for k, v in info.items() if v},
+    )
+
+
+def _cache_path(path: Any, cache_dir: str | Path | None) -> Path:
+    """``cache.path`` if absolute; else relative to ``cache_dir`` (default ``<project cache>/llm``)."""
+    if cache_dir is None:
+        from allmem.paths import cache_dir as default_cache_dir
+
+        cache_dir = default_cache_dir() / "llm"
+    p = Path(str(path)) if path else Path("responses.sqlite")
+    return p if p.is_absolute() else Path(cache_dir) / p

@@ -1,0 +1,321 @@
+"""``LLM``: the one wrapper every prompt goes through, whatever the backend.
+
+For each request it computes the cache key (also the ledger's prompt hash), serves a hit or calls the backend,
+parses the reply against the template's schema into data or a typed ``ParseFailure``, and books the call in the
+ledger with its phase. A transport failure after the backend's bounded retries becomes a failed ``ChatResult``
+(booked with ok=false), never an exception: one bad request must not kill a run. Configuration errors (missing
+key, bad URL) and replay misses do raise: continuing would only produce a wrong run.
+
+Dry run (``dry_run=True``): no model is called. Roles that have an offline implementation are computed with it
+so the pipeline proceeds as it would; the ledger books the real model name with the token count of the
+rendered prompt and of the offline reply (or the template's ``est_tokens_out`` where there is no offline role),
+flagged ``estimated``. Summing the ledger then estimates the whole run's tokens and, priced, its cost.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+
+from allmem.llm.base import BackendReply, ChatRequest, ChatResult, LLMError, ReplayMiss, TransportError
+from allmem.llm.cache import CachedReply, ResponseCache, cache_key
+from allmem.llm.ledger import Ledger
+from allmem.llm.prompts import load_template, parse_reply
+from allmem.tokens import count_tokens
+from allmem.types import CallRecord
+
+
+class Backend(Protocol):
+    name: str
+    model: str
+    can_judge: bool
+    makes_network_calls: bool
+
+    def cache_identity(self) -> str: ...
+
+    def complete(self, req: ChatRequest, model: str, params: dict[str, Any]) -> BackendReply: ...
+
+    def close(self) -> None: ...
+
+
+class LLM:
+    """Cache + ledger + parsing around one backend. Thread-safe; ``chat_many`` runs requests concurrently."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        cache: ResponseCache | None = None,
+        ledger: Ledger | None = None,
+        temperature: float = 0.0,
+        judge_model: str | None = None,
+        judge_temperature: float = 0.0,
+        max_concurrency: int = 4,
+        dry_run: bool = False,
+        info: dict[str, Any] | None = None,
+    ) -> None:
+        self.backend = backend
+        self.cache = cache if cache is not None else ResponseCache(":memory:", enabled=False)
+        self.ledger = ledger if ledger is not None else Ledger()
+        self.temperature = float(temperature)
+        self.judge_model = judge_model or backend.model
+        self.judge_temperature = float(judge_temperature)
+        self.max_concurrency = max(1, int(max_concurrency))
+        self.dry_run = bool(dry_run)
+        self._info = dict(info or {})
+        if backend.name == "replay" and not self.cache.enabled:
+            raise LLMError("llm.cache.enabled: the replay backend answers only from the cache; enable it")
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def backend_name(self) -> str:
+        return self.backend.name
+
+    @property
+    def model(self) -> str:
+        return self.backend.model
+
+    @property
+    def can_judge(self) -> bool:
+        """Whether judge prompts can be answered here (never offline, never in a dry run)."""
+        return bool(self.backend.can_judge) and not self.dry_run
+
+    def judge_unavailable_reason(self) -> str | None:
+        if self.dry_run:
+            return "dry run: no model was called"
+        if not self.backend.can_judge:
+            return (
+                f"backend {self.backend.name} cannot judge (4o-J needs an LLM: use llm=openai or llm=replay)"
+            )
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        """Safe description for manifests: backend, models, base URL, the key's variable NAME (never its value)."""
+        return {
+            "backend": self.backend.name,
+            "model": self.model,
+            "judge_model": self.judge_model,
+            "temperature": self.temperature,
+            "dry_run": self.dry_run,
+            "cache": {
+                "enabled": self.cache.enabled,
+                "path": str(self.cache.path) if self.cache.enabled else None,
+            },
+        } | self._info
+
+    # ------------------------------------------------------------------ calls
+
+    def params_for(self, req: ChatRequest) -> tuple[str, dict[str, Any]]:
+        """The model and every generation parameter of ``req`` (all of it goes into the cache key)."""
+        judge = req.phase == "judge"
+        model = req.model or (self.judge_model if judge else self.model)
+        params: dict[str, Any] = {
+            "temperature": self.judge_temperature if judge else self.temperature,
+            "json_mode": req.json_schema is not None,
+            "max_tokens": req.max_tokens,
+        }
+        if req.sample:
+            params["seed"] = req.sample
+        return model, params
+
+    def chat(self, req: ChatRequest) -> ChatResult:
+        model, params = self.params_for(req)
+        key = cache_key(
+            backend=self.backend.cache_identity(),
+            model=model,
+            messages=req.messages,
+            params=params,
+            template=req.template,
+            template_version=req.template_version,
+        )
+        if self.dry_run:
+            return self._dry_run(req, model, key)
+        t0 = time.perf_counter()
+        hit = self.cache.get(key, req.phase)
+        if hit is not None:
+            return self._finish(req, model, key, hit.text, hit.tokens_in, hit.tokens_out, t0, cached=True)
+        if self.backend.name == "replay":
+            raise ReplayMiss(key, req.phase, req.template)
+        est_in = count_tokens(req.prompt_text)
+        try:
+            reply = self.backend.complete(
+                req, model, params | {"est_tokens": est_in + (req.max_tokens or load_est(req.template))}
+            )
+        except TransportError as exc:
+            latency = (time.perf_counter() - t0) * 1000
+            self._book(
+                req, model, key, est_in, 0, latency, cached=False, ok=False, estimated=True, error=str(exc)
+            )
+            return ChatResult(
+                text="",
+                phase=req.phase,
+                template=req.template,
+                backend=self.backend.name,
+                model=model,
+                prompt_hash=key,
+                tokens_in=est_in,
+                tokens_out=0,
+                latency_ms=latency,
+                cached=False,
+                error=f"transport: {exc}",
+                estimated=True,
+            )
+        estimated = reply.tokens_in is None or reply.tokens_out is None
+        tokens_in = reply.tokens_in if reply.tokens_in is not None else est_in
+        tokens_out = reply.tokens_out if reply.tokens_out is not None else count_tokens(reply.text)
+        self.cache.put(
+            key,
+            phase=req.phase,
+            template=req.template,
+            backend=self.backend.cache_identity(),
+            model=model,
+            reply=CachedReply(reply.text, tokens_in, tokens_out),
+        )
+        return self._finish(
+            req, model, key, reply.text, tokens_in, tokens_out, t0, cached=False, estimated=estimated,
+            retries=reply.retries,
+        )  # fmt: skip
+
+    def chat_many(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        """Results in request order, computed with up to ``max_concurrency`` threads."""
+        if len(requests) <= 1 or self.max_concurrency == 1:
+            return [self.chat(r) for r in requests]
+        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(requests))) as pool:
+            return list(pool.map(self.chat, requests))
+
+    def _finish(
+        self,
+        req: ChatRequest,
+        model: str,
+        key: str,
+        text: str,
+        tokens_in: int,
+        tokens_out: int,
+        t0: float,
+        *,
+        cached: bool,
+        estimated: bool = False,
+        retries: int = 0,
+    ) -> ChatResult:
+        data, failure = parse_reply(text, req.json_schema) if req.json_schema is not None else (None, None)
+        latency = (time.perf_counter() - t0) * 1000
+        estimated = estimated or self.backend.name == "offline"
+        self._book(
+            req, model, key, tokens_in, tokens_out, latency, cached=cached, ok=failure is None,
+            estimated=estimated, retries=retries, parse_error=failure.kind if failure else None,
+        )  # fmt: skip
+        return ChatResult(
+            text=text,
+            phase=req.phase,
+            template=req.template,
+            backend=self.backend.name,
+            model=model,
+            prompt_hash=key,
+            tokens_in=tokens_in,
+            tokens_out=tokens_out,
+            latency_ms=latency,
+            cached=cached,
+            data=data,
+            parse_error=failure,
+            estimated=estimated,
+        )
+
+    def _dry_run(self, req: ChatRequest, model: str, key: str) -> ChatResult:
+        t0 = time.perf_counter()
+        tokens_in = count_tokens(req.prompt_text)
+        text, data, failure, error = "", None, None, "dry run: no model was called"
+        from allmem.llm.offline import OFFLINE_ROLES, ROLE_PROVIDERS, offline_role
+
+        if req.template in OFFLINE_ROLES or req.template in ROLE_PROVIDERS:
+            text = offline_role(req.template)(req)
+            tokens_out = count_tokens(text)
+            if req.json_schema is not None:
+                data, failure = parse_reply(text, req.json_schema)
+            error = None
+        else:
+            tokens_out = load_est(req.template)
+        latency = (time.perf_counter() - t0) * 1000
+        self._book(
+            req,
+            model,
+            key,
+            tokens_in,
+            tokens_out,
+            latency,
+            cached=False,
+            ok=True,
+            estimated=True,
+            dry_run=True,
+        )
+        return ChatResult(
+            text=text,
+            phase=req.phase,
+            template=req.template,
+            backend=self.backend.name,
+            model=model,
+            prompt_hash=key,
+            tokens_in=tokens_in,
+            tokens_out=tokens_out,
+            latency_ms=latency,
+            cached=False,
+            data=data,
+            parse_error=failure,
+            error=error,
+            estimated=True,
+        )
+
+    def _book(
+        self,
+        req: ChatRequest,
+        model: str,
+        key: str,
+        tokens_in: int,
+        tokens_out: int,
+        latency_ms: float,
+        *,
+        cached: bool,
+        ok: bool,
+        **extra: Any,
+    ) -> None:
+        rec = CallRecord(
+            phase=req.phase,
+            backend=self.backend.name,
+            model=model,
+            tokens_in=int(tokens_in),
+            tokens_out=int(tokens_out),
+            latency_ms=round(latency_ms, 3),
+            cached=cached,
+            prompt_hash=key,
+            ok=ok,
+        )
+        self.ledger.record(rec, template=req.template, template_version=req.template_version, **extra)
+
+    # ------------------------------------------------------------------ reporting
+
+    def totals(self) -> dict[str, Any]:
+        """Ledger totals per phase plus cache hits/misses per phase: what metrics.json stores under ``llm``."""
+        out = self.ledger.totals()
+        for phase, counts in self.cache.stats().items():
+            out.setdefault(phase, {}).update({"cache_" + k: v for k, v in counts.items()})
+        return out
+
+    def close(self) -> None:
+        self.backend.close()
+        self.cache.close()
+
+    def __enter__(self) -> LLM:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def load_est(template: str) -> int:
+    """The template's typical reply length (dry-run estimates, rate-limiter bookings)."""
+    try:
+        return load_template(template).est_tokens_out
+    except FileNotFoundError:
+        return 32

@@ -1,0 +1,118 @@
+"""Keyword extraction for the offline descriptor: YAKE keyphrases plus names, numbers and dates.
+
+Why both: YAKE ranks statistically salient n-grams, which captures topics ("support group", "pottery class")
+but drops short tokens that questions hinge on (a year, "3 kids", a weekday, a person mentioned once). The
+rule-based pass adds those back so the descriptor embedding carries them.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterable
+
+_MONTHS = (
+    "january|february|march|april|may|june|july|august|september|october|november|december|"
+    "jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec"
+)
+_WEEKDAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
+_DATE_PATTERNS = [
+    rf"\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?(?:{_MONTHS})\b\.?(?:,?\s+\d{{4}})?",
+    rf"\b(?:{_MONTHS})\b\.?\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?",
+    rf"\b(?:{_MONTHS})\b\.?\s+\d{{4}}",
+    r"\b\d{4}[/-]\d{1,2}[/-]\d{1,2}\b",
+    r"\b\d{1,2}/\d{1,2}(?:/\d{2,4})?\b",
+    rf"\b(?:last|next|this|every)\s+(?:week|weekend|month|year|summer|winter|spring|fall|autumn|night|{_WEEKDAYS})\b",
+    r"\b(?:\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a few|several|couple of)\s+"
+    r"(?:days?|weeks?|months?|years?)\s+(?:ago|later|before|earlier)\b",
+    rf"\b(?:{_WEEKDAYS})\b",
+    r"\b(?:yesterday|today|tomorrow|tonight)\b",
+    r"\b(?:19|20)\d{2}s?\b",
+]
+_DATE_RE = re.compile("|".join(f"(?:{p})" for p in _DATE_PATTERNS), re.I)
+_NUMBER_WORDS = (
+    "one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|thirty|forty|fifty|"
+    "hundred|thousand|million|dozen|first|second|third|fourth|fifth|half"
+)
+_NUMBER_RE = re.compile(
+    rf"\$?\b\d+(?:[.,:]\d+)*(?:st|nd|rd|th|s|k|%)?\b(?:\s+(?!(?:and|or|the|a|an|to|of|in)\b)(?-i:[a-z]+))?"
+    rf"|\b(?:{_NUMBER_WORDS})\s+(?!(?:and|or|the|a|an|to|of|in)\b)(?-i:[a-z]+)",
+    re.I,
+)
+_NAME_RE = re.compile(r"\b[A-Z][a-zA-Z'’-]+(?:\s+[A-Z][a-zA-Z'’-]+)*\b")
+
+
+class KeywordExtractor:
+    """Thread-safe wrapper; the YAKE object is built on first use (no work at import)."""
+
+    def __init__(self, max_ngram: int = 3, top_phrases: int = 6, max_keywords: int = 12) -> None:
+        self.max_ngram = max_ngram
+        self.top_phrases = top_phrases
+        self.max_keywords = max_keywords
+        self._yake = None
+        self._stop: frozenset[str] = frozenset()
+        self._lock = threading.Lock()
+
+    def _extractor(self):  # noqa: ANN202 - yake has no public type
+        if self._yake is None:
+            import yake
+
+            self._yake = yake.KeywordExtractor(
+                lan="en", n=self.max_ngram, top=self.top_phrases * 3, dedup_lim=0.8
+            )
+            self._stop = frozenset(w.lower() for w in self._yake.stopword_set)
+        return self._yake
+
+    def phrases(self, text: str) -> list[str]:
+        """YAKE keyphrases (best first), dropping ones contained in a better phrase."""
+        if not text.strip():
+            return []
+        with self._lock:
+            ranked = self._extractor().extract_keywords(text)
+        out: list[str] = []
+        kept_tokens: list[set[str]] = []
+        for phrase, _score in ranked:
+            tokens = phrase.lower().split()
+            if any(t in self._stop for t in tokens) or (len(phrase) < 3 and not phrase.isdigit()):
+                continue  # "stories were inspiring": phrases spanning stopwords read badly and embed noise
+            if any(2 * len(set(tokens) & kept) >= len(tokens) for kept in kept_tokens):
+                continue  # overlaps a better phrase ("support group yesterday" vs "LGBTQ support group")
+            out.append(phrase)
+            kept_tokens.append(set(tokens))
+            if len(out) >= self.top_phrases:
+                break
+        return out
+
+    def names(self, text: str) -> list[str]:
+        """Capitalised word runs that are not just a capitalised stopword (sentence starts, "I")."""
+        self._extractor()
+        out: list[str] = []
+        for m in _NAME_RE.finditer(text):
+            words = [w for w in m.group(0).split() if w.lower().strip("'’") not in self._stop]
+            if words and not _DATE_RE.fullmatch(" ".join(words)):
+                out.append(" ".join(words))
+        return out
+
+    def __call__(self, text: str, speakers: Iterable[str] = ()) -> tuple[str, ...]:
+        """Keywords for ``text``: speakers, YAKE phrases, names, dates, numbers; deduped, capped."""
+        candidates: list[str] = [s for s in speakers if s]
+        candidates += self.phrases(text)
+        candidates += self.names(text)
+        candidates += [m.group(0) for m in _DATE_RE.finditer(text)]
+        candidates += [m.group(0) for m in _NUMBER_RE.finditer(text)]
+        speaker_keys = {s.lower() for s in speakers}
+        seen: set[str] = set()
+        clean_list: list[str] = []
+        for cand in candidates:
+            clean = re.sub(r"\s+", " ", cand).strip(" .,;:!?\"'()[]")
+            key = clean.lower()
+            if clean and key not in seen and key not in self._stop:
+                seen.add(key)
+                clean_list.append(clean)
+        token_sets = [set(c.lower().split()) for c in clean_list]
+        out = [
+            c
+            for c, toks in zip(clean_list, token_sets, strict=True)
+            if c.lower() in speaker_keys or not any(toks < other for other in token_sets)
+        ]
+        return tuple(out[: self.max_keywords])

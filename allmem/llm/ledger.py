@@ -1,0 +1,123 @@
+"""The cost ledger: every LLM call appended to the run's ``calls.jsonl``, totals per phase for metrics.json.
+
+Prices are not applied here at call time: they change, and a run directory should stay re-priceable. Reports
+call ``price_calls`` with a prices table (``configs/llm/prices.yaml``) at report time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from allmem.types import CallRecord
+
+_FIELDS = (
+    "calls",
+    "cached",
+    "failed",
+    "tokens_in",
+    "tokens_out",
+    "spent_tokens_in",
+    "spent_tokens_out",
+    "latency_ms",
+)
+
+
+class Ledger:
+    """Thread-safe; writes one JSON line per call (if it has a path) and keeps running totals."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path) if path is not None else None
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._totals: dict[str, dict[str, Any]] = defaultdict(_empty)
+
+    def record(self, rec: CallRecord, **extra: Any) -> None:
+        """Book one call. ``extra`` (template, estimated, ...) goes into the JSON line only."""
+        line = dataclasses.asdict(rec) | extra
+        with self._lock:
+            _add(self._totals[rec.phase], rec)
+            if self.path is not None:
+                with self.path.open("a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(line, ensure_ascii=False) + "\n")
+
+    def totals(self) -> dict[str, dict[str, Any]]:
+        """Per phase: calls, cached, failed, tokens_in/out (every call: what the method consumes, as cost tables
+        report it), spent_tokens_in/out (uncached calls only: what this run paid for), latency_ms, by model;
+        plus ``all``."""
+        with self._lock:
+            out = {phase: _copy(t) for phase, t in sorted(self._totals.items())}
+        total = _empty()
+        for t in out.values():
+            for f in _FIELDS:
+                total[f] += t[f]
+            for model, m in t["by_model"].items():
+                agg = total["by_model"].setdefault(model, {"calls": 0, "tokens_in": 0, "tokens_out": 0})
+                for f in agg:
+                    agg[f] += m[f]
+        out["all"] = total
+        return out
+
+
+def _empty() -> dict[str, Any]:
+    return {f: 0 for f in _FIELDS} | {"by_model": {}}
+
+
+def _copy(t: Mapping[str, Any]) -> dict[str, Any]:
+    return {f: t[f] for f in _FIELDS} | {"by_model": {k: dict(v) for k, v in t["by_model"].items()}}
+
+
+def _add(t: dict[str, Any], rec: CallRecord) -> None:
+    t["calls"] += 1
+    t["cached"] += int(rec.cached)
+    t["failed"] += int(not rec.ok)
+    t["latency_ms"] += rec.latency_ms
+    t["tokens_in"] += rec.tokens_in
+    t["tokens_out"] += rec.tokens_out
+    if not rec.cached:
+        t["spent_tokens_in"] += rec.tokens_in
+        t["spent_tokens_out"] += rec.tokens_out
+    m = t["by_model"].setdefault(rec.model, {"calls": 0, "tokens_in": 0, "tokens_out": 0})
+    m["calls"] += 1
+    m["tokens_in"] += rec.tokens_in
+    m["tokens_out"] += rec.tokens_out
+
+
+def read_calls(path: str | Path) -> list[dict[str, Any]]:
+    """The lines of a ``calls.jsonl`` (empty list when the file does not exist)."""
+    p = Path(path)
+    if not p.exists():
+        return []
+    return [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def price_calls(
+    calls: Iterable[Mapping[str, Any]], prices: Mapping[str, Mapping[str, float]]
+) -> dict[str, Any]:
+    """USD per phase from a prices table ``{model: {input_per_mtok, output_per_mtok}}``.
+
+    ``usd`` counts uncached calls (what the run spent); ``usd_uncached`` prices every call as if nothing had been
+    cached (what a fresh run costs). Offline calls and models missing from the table are listed, not priced.
+    """
+    out: dict[str, Any] = {"usd": 0.0, "usd_uncached": 0.0, "by_phase": {}, "unpriced_models": []}
+    for c in calls:
+        model = str(c.get("model", ""))
+        price = prices.get(model)
+        if price is None or c.get("backend") == "offline":
+            if model not in out["unpriced_models"]:
+                out["unpriced_models"].append(model)
+            continue
+        usd = (c["tokens_in"] * price["input_per_mtok"] + c["tokens_out"] * price["output_per_mtok"]) / 1e6
+        phase = out["by_phase"].setdefault(c["phase"], {"usd": 0.0, "usd_uncached": 0.0})
+        phase["usd_uncached"] += usd
+        out["usd_uncached"] += usd
+        if not c.get("cached"):
+            phase["usd"] += usd
+            out["usd"] += usd
+    return out
