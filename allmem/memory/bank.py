@@ -20,6 +20,7 @@ Public API (stable; later changes are additive only)::
         link_semantic(a, b, weight=None) -> (a->b kept, b->a kept)
         rewire(source, targets, types=("semantic", "temporal"), keep_original=True) -> links added
         visible_ids() / visible_matrix() -> (ids, matrix)   the searchable surface, maintained incrementally
+        visible_matrix_view() / full_matrix_view() / visible_ids_at(positions) / full_ids_at(rows) / rows_of(ids)   hot-path access
         full_ids() / full_matrix() -> (ids, matrix)         every unit, row i = unit u{i:06d}
         revision / changes_since(pos) -> [(kind, uid)]      kind in add | descriptor | archive
         check_invariants()                                  raises BankError when a contract is broken
@@ -236,6 +237,20 @@ class MemoryBank:
         """The searchable surface: ids and their normalised embeddings, row-aligned."""
         return list(self._vis_ids), self._vis.view()
 
+    def visible_matrix_view(self) -> np.ndarray:
+        """The surface matrix alone (no id list copy): the per-query hot path."""
+        return self._vis.view()
+
+    def full_matrix_view(self) -> np.ndarray:
+        """Every unit's embedding, row i = unit ``u{i:06d}`` (no id list copy)."""
+        return self._emb.view()
+
+    def visible_ids_at(self, positions: Iterable[int]) -> list[str]:
+        return [self._vis_ids[int(p)] for p in positions]
+
+    def full_ids_at(self, rows: Iterable[int]) -> list[str]:
+        return [self._units[int(r)].id for r in rows]
+
     def full_ids(self) -> list[str]:
         return [u.id for u in self._units]
 
@@ -349,6 +364,41 @@ class MemoryBank:
             for lk in moved:
                 self.remove_link(lk.type, lk.src, lk.dst)
         return added
+
+    # ------------------------------------------------------------------ persistence support
+    def _restore(
+        self,
+        units: Sequence[Unit],
+        matrix: np.ndarray,
+        visible_order: Sequence[str],
+        links: Sequence[Link],
+        link_seq: int,
+    ) -> None:
+        """Rebuild an empty bank bit-for-bit from saved parts (``persist.load_bank`` only): no re-normalising,
+        the visible matrix in its saved order, links with their saved creation numbers."""
+        if self._units:
+            raise BankError("_restore needs an empty bank")
+        for i, unit in enumerate(units):
+            if unit.id != f"u{i:06d}" or unit.row != i:
+                raise BankError(f"unit {unit.id}: field 'id' breaks the sequential id order at row {i}")
+            self._emb.append(matrix[i])
+            self._units.append(replace(unit, visible=False))
+            self._index[unit.id] = i
+            self._out[unit.id] = {}
+            self._in[unit.id] = {}
+            self._log.append(("add", unit.id))
+        for uid in visible_order:
+            self._show(uid)
+        for lk in sorted(links, key=lambda x: x.seq):
+            self._check_link(lk.type, lk.src, lk.dst)
+            self._out[lk.src].setdefault(lk.type, {})[lk.dst] = lk
+            self._in[lk.dst].setdefault(lk.type, {})[lk.src] = lk
+        self._link_seq = int(link_seq)
+        self.check_invariants()
+
+    @property
+    def link_seq(self) -> int:
+        return self._link_seq
 
     # ------------------------------------------------------------------ invariants
     def check_invariants(self) -> None:

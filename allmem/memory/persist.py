@@ -1,0 +1,145 @@
+"""Save and load a memory bank without pickle: JSON lines for units and links, one .npy for the embeddings.
+
+Why this layout: every file is readable with standard tools, nothing executes code on load
+(``np.load(..., allow_pickle=False)``), and evidence hashes are re-checked on load, so a tampered or corrupted
+evidence record is refused with the file and unit named. A save is atomic: everything is written into a
+temporary sibling folder (``meta.json`` last), which then replaces the target by rename, so a reader sees the
+old bank or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from allmem.memory.bank import BankError, EvidenceRecord, Link, MemoryBank, Unit, evidence_hash
+
+FORMAT = "allmem-bank"
+VERSION = 1
+UNITS, LINKS, EMBEDDINGS, META = "units.jsonl", "links.jsonl", "embeddings.npy", "meta.json"
+
+
+def _write_text(path: Path, lines: Iterator[str]) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        for line in lines:
+            fh.write(line)
+            fh.write("\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _unit_json(u: Unit) -> str:
+    return json.dumps(
+        {
+            "id": u.id,
+            "evidence": u.evidence_dicts(),
+            "evidence_hash": u.evidence_hash,
+            "summary": u.summary,
+            "keywords": list(u.keywords),
+            "timestamp": u.timestamp.isoformat(),
+            "order": u.order,
+            "visible": u.visible,
+        },
+        ensure_ascii=False,
+    )
+
+
+def save_bank(bank: MemoryBank, path: str | Path, extra: Mapping[str, Any] | None = None) -> Path:
+    """Write ``bank`` to the folder ``path`` atomically; ``extra`` (JSON) rides along in meta.json."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    try:
+        _write_text(tmp / UNITS, (_unit_json(u) for u in bank.units()))
+        _write_text(
+            tmp / LINKS,
+            (json.dumps([lk.type, lk.src, lk.dst, lk.weight, lk.seq]) for lk in bank.links()),
+        )
+        with open(tmp / EMBEDDINGS, "wb") as fh:
+            np.save(fh, np.ascontiguousarray(bank.full_matrix_view()), allow_pickle=False)
+            fh.flush()
+            os.fsync(fh.fileno())
+        meta = {
+            "format": FORMAT,
+            "version": VERSION,
+            "dim": bank.dim,
+            "d_sigma": bank.d_sigma,
+            "n_units": len(bank),
+            "link_seq": bank.link_seq,
+            "visible_order": bank.visible_ids(),
+            "extra": dict(extra or {}),
+        }
+        _write_text(tmp / META, iter([json.dumps(meta, indent=1, ensure_ascii=False)]))
+        old = None
+        if path.exists():
+            old = path.parent / f".{path.name}.old-{os.getpid()}"
+            os.replace(path, old)
+        os.replace(tmp, path)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
+
+
+def read_meta(path: str | Path) -> dict[str, Any]:
+    file = Path(path) / META
+    if not file.is_file():
+        raise FileNotFoundError(f"{file}: no saved bank here (meta.json is missing)")
+    meta = json.loads(file.read_text(encoding="utf-8"))
+    if meta.get("format") != FORMAT or meta.get("version") != VERSION:
+        raise BankError(f"{file}: field 'format'/'version' is {meta.get('format')!r}/{meta.get('version')!r}")
+    return meta
+
+
+def load_bank(path: str | Path) -> tuple[MemoryBank, dict[str, Any]]:
+    """Read a saved bank; returns it with the ``extra`` dict. Evidence hashes are verified."""
+    path = Path(path)
+    meta = read_meta(path)
+    matrix = np.load(path / EMBEDDINGS, allow_pickle=False)
+    if matrix.dtype != np.float32 or matrix.shape != (meta["n_units"], meta["dim"]):
+        raise BankError(
+            f"{path / EMBEDDINGS}: shape {matrix.shape} {matrix.dtype}, meta says {meta['n_units']}"
+        )
+    units = []
+    with open(path / UNITS, encoding="utf-8") as fh:
+        for i, line in enumerate(fh):
+            d = json.loads(line)
+            records = tuple(EvidenceRecord.from_dict(r) for r in d["evidence"])
+            if evidence_hash(records) != d["evidence_hash"]:
+                raise BankError(
+                    f"{path / UNITS}: unit {d['id']}: field 'evidence' does not match its evidence_hash"
+                )
+            ts = datetime.fromisoformat(d["timestamp"])
+            units.append(
+                Unit(
+                    d["id"],
+                    i,
+                    records,
+                    d["evidence_hash"],
+                    d["summary"],
+                    tuple(d["keywords"]),
+                    ts,
+                    d["order"],
+                    False,
+                )
+            )
+    if len(units) != meta["n_units"]:
+        raise BankError(f"{path / UNITS}: {len(units)} units, meta.json says {meta['n_units']}")
+    links = []
+    with open(path / LINKS, encoding="utf-8") as fh:
+        for line in fh:
+            t, src, dst, w, seq = json.loads(line)
+            links.append(Link(t, src, dst, float(w), int(seq)))
+    bank = MemoryBank(dim=meta["dim"], d_sigma=meta["d_sigma"])
+    bank._restore(units, matrix, meta["visible_order"], links, meta["link_seq"])
+    return bank, meta.get("extra", {})

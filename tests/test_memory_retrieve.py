@@ -1,0 +1,165 @@
+"""Three-stage retrieval: expansion order under type priority and budgets, scorers, re-ranking, timings."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+from test_memory_fakes import T0
+
+from allmem.memory.bank import MemoryBank
+from allmem.memory.lexical import BM25Index
+from allmem.memory.retrieve import RetrievalConfig, Retriever, expand, rrf
+
+
+def _bank_from(
+    vectors: Sequence[Sequence[float]], texts: Sequence[str] | None = None, d_sigma: int = 8
+) -> tuple[MemoryBank, list[str]]:
+    bank = MemoryBank(dim=len(vectors[0]), d_sigma=d_sigma)
+    ids = []
+    for i, v in enumerate(vectors):
+        text = texts[i] if texts else f"unit {i}"
+        ids.append(
+            bank.create_unit([{"speaker": "A", "text": text, "source_ids": [f"D1:{i}"]}], text, [], v, T0)
+        )
+    return bank, ids
+
+
+def _graph() -> tuple[MemoryBank, dict[str, str]]:
+    """A -sem(0.5)-> C, A -sem(0.9)-> D, A -temp-> E, A -ver-> F (archived), B -sib-> G, C -ver-> H, F -sib-> I."""
+    names = "ABCDEFGHI"
+    bank, ids = _bank_from([[1.0, float(i)] for i in range(len(names))])
+    n = dict(zip(names, ids, strict=True))
+    bank.add_link("semantic", n["A"], n["C"], 0.5)
+    bank.add_link("semantic", n["A"], n["D"], 0.9)
+    bank.add_link("temporal", n["A"], n["E"])
+    bank.add_link("version", n["A"], n["F"])
+    bank.add_link("sibling", n["B"], n["G"])
+    bank.add_link("version", n["C"], n["H"])
+    bank.add_link("sibling", n["F"], n["I"])
+    bank.archive(n["F"])
+    return bank, n
+
+
+def _names(n: dict[str, str], ids: list[str]) -> str:
+    back = {v: k for k, v in n.items()}
+    return "".join(back[i] for i in ids)
+
+
+def test_expansion_follows_type_priority_hop_by_hop() -> None:
+    bank, n = _graph()
+    anchors = [n["A"], n["B"]]
+    # hop 1: version F, sibling G, semantic D (0.9) before C (0.5), temporal E; hop 2: version H, sibling I
+    assert _names(n, expand(bank, anchors, RetrievalConfig(L=40, H=2))) == "ABFGDCEHI"
+    assert _names(n, expand(bank, anchors, RetrievalConfig(L=5, H=2))) == "ABFGD"
+    assert _names(n, expand(bank, anchors, RetrievalConfig(L=40, H=1))) == "ABFGDCE"
+    assert _names(n, expand(bank, anchors, RetrievalConfig(L=40, H=2, expand=False))) == "AB"
+    # the archived F enters at Stage 2: archived evidence is recoverable
+
+
+def test_expansion_without_type_priority_uses_link_creation_order() -> None:
+    bank, n = _graph()
+    cfg = RetrievalConfig(L=40, H=2, type_priority=False)
+    assert _names(n, expand(bank, [n["A"], n["B"]], cfg)) == "ABCDEFGHI"
+
+
+def test_expansion_restricted_types_and_both_directions() -> None:
+    bank, n = _graph()
+    ref_like = RetrievalConfig(L=50, H=1, link_types=("sibling", "version"), priority=("sibling", "version"))
+    assert _names(n, expand(bank, [n["A"], n["B"]], ref_like)) == "ABGF"
+    both = RetrievalConfig(L=50, H=1, link_types=("sibling", "version"), directions="both")
+    assert _names(n, expand(bank, [n["H"]], both)) == "HC"  # C -ver-> H walked backwards
+    assert _names(n, expand(bank, [n["H"]], RetrievalConfig(L=50, H=1))) == "H"
+
+
+class _FixedEmbedder:
+    def __init__(self, vec: Sequence[float]) -> None:
+        self.vec = np.asarray(vec, dtype=np.float32)
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        return np.tile(self.vec, (len(texts), 1))
+
+
+def _scored_bank() -> tuple[MemoryBank, list[str]]:
+    bank, ids = _bank_from([[1, 0, 0], [0.8, 0.6, 0], [0.6, 0.8, 0], [0, 1, 0], [0, 0, 1]])
+    bank.archive(ids[1])
+    bank.add_link("version", ids[0], ids[1])
+    return bank, ids
+
+
+def test_stage1_visible_vs_full_surface_and_stage3_cosine() -> None:
+    bank, ids = _scored_bank()
+    emb = _FixedEmbedder([1, 0, 0])
+    visible = Retriever(bank, emb, RetrievalConfig(k=2, expand=False))
+    assert visible.retrieve("q").ids == [ids[0], ids[2]]
+    full = Retriever(bank, emb, RetrievalConfig(k=2, expand=False, surface="full"))
+    assert full.retrieve("q").ids == [ids[0], ids[1]]
+    # k=1 anchor u0; its version link brings archived u1; Stage 3 keeps K=2 by cosine: 1.0, 0.8
+    res = Retriever(bank, emb, RetrievalConfig(k=1, L=3, H=1, K=2)).retrieve("q")
+    assert res.ids == [ids[0], ids[1]]
+    assert res.scores == pytest.approx([1.0, 0.8])
+    assert (res.n_anchors, res.n_candidates) == (1, 2)
+    assert {"embed", "stage1", "stage2", "stage3", "mem_lat", "index_sync"} <= set(res.timings_ms)
+    assert all(v >= 0 for v in res.timings_ms.values())
+
+
+def test_bm25_matches_the_okapi_formula() -> None:
+    bank, ids = _bank_from([[1, 0], [0, 1], [1, 1]], texts=["apple banana", "apple", "cherry"])
+    idx = BM25Index(bank)
+    idf = math.log(1 + (3 - 2 + 0.5) / (2 + 0.5))
+    avgdl = 4 / 3
+    s0 = idf * 2.2 / (1 + 1.2 * (0.25 + 0.75 * 2 / avgdl))
+    s1 = idf * 2.2 / (1 + 1.2 * (0.25 + 0.75 * 1 / avgdl))
+    hits = idx.search("Apple!", 5)
+    assert [u for u, _ in hits] == [ids[1], ids[0]]
+    assert [s for _, s in hits] == pytest.approx([s1, s0])
+    bank.archive(ids[1])  # visible statistics: N=2, df(apple)=1, avgdl=1.5
+    assert idx.search("apple", 5) == [(ids[0], pytest.approx(math.log(2) * 2.2 / 2.5))]
+    assert idx.score("apple", [ids[1]]) == pytest.approx([math.log(2) * 2.2 / 1.9])
+    bank.set_descriptor(ids[2], "apple pie", [], [1, 1])
+    assert ids[2] in {u for u, _ in idx.search("apple", 5)}
+
+
+def test_rrf_values_by_hand() -> None:
+    fused = rrf([["a", "b"], ["b", "c"]], k=60)
+    assert fused == pytest.approx({"a": 1 / 61, "b": 1 / 62 + 1 / 61, "c": 1 / 62})
+
+
+def test_hybrid_stage1_fuses_dense_and_bm25() -> None:
+    texts = ["apple pie recipe", "banana bread", "apple", "cherry"]
+    bank, ids = _bank_from([[1, 0, 0], [0.9, 0.1, 0], [0, 1, 0], [0, 0, 1]], texts=texts)
+    emb = _FixedEmbedder([1, 0, 0])
+    cfg = RetrievalConfig(k=2, stage1="hybrid", expand=False, rrf_depth=4)
+    r = Retriever(bank, emb, cfg)
+    dense = [u for u, _ in r.index.search(emb.vec, 4)]
+    lexical = [u for u, _ in r.bm25.search("apple", 4)]
+    fused = rrf([dense, lexical], 60)
+    expected = sorted(fused, key=lambda u: (-fused[u], bank.get(u).row))[:2]
+    assert r.retrieve("apple").ids == expected == [ids[0], ids[2]]
+    bm = Retriever(bank, emb, RetrievalConfig(k=2, stage1="bm25", stage3="stage1", expand=False)).retrieve(
+        "apple"
+    )
+    assert bm.ids == [ids[2], ids[0]]  # the shorter document wins on BM25
+
+
+def test_cross_encoder_without_weights_fails_clearly(tmp_path) -> None:
+    bank, _ = _scored_bank()
+    with pytest.raises(FileNotFoundError, match="cross_encoder_path"):
+        Retriever(bank, _FixedEmbedder([1, 0, 0]), RetrievalConfig(stage3="cross_encoder"))
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        Retriever(
+            bank,
+            _FixedEmbedder([1, 0, 0]),
+            RetrievalConfig(stage3="cross_encoder", cross_encoder_path=str(tmp_path)),
+        )
+
+
+def test_bad_config_is_named() -> None:
+    with pytest.raises(ValueError, match="method.retrieval.stage1"):
+        RetrievalConfig(stage1="sparse")
+    with pytest.raises(ValueError, match="unknown keys"):
+        RetrievalConfig.from_dict({"topk": 3})
+    with pytest.raises(ValueError, match="unknown link types"):
+        RetrievalConfig(priority=("causal",))

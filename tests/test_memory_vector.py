@@ -1,0 +1,86 @@
+"""Vector search backends: exact numpy and faiss flat return identical results; faiss follows the bank."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_memory_fakes import T0
+
+from allmem.memory.bank import MemoryBank
+from allmem.memory.vector import SurfaceIndex
+
+
+def _random_bank(n: int, dim: int = 32, seed: int = 0) -> MemoryBank:
+    rng = np.random.default_rng(seed)
+    bank = MemoryBank(dim=dim)
+    for i in range(n):
+        bank.create_unit([{"text": f"t{i}", "source_ids": [str(i)]}], "s", [], rng.normal(size=dim), T0)
+    for i in rng.choice(n, size=n // 3, replace=False):
+        bank.archive(f"u{i:06d}")
+    return bank
+
+
+def _brute_force(bank: MemoryBank, q: np.ndarray, k: int, surface: str) -> list[str]:
+    units = [u for u in bank.units() if surface == "full" or u.visible]
+    scores = [(float(bank.embedding(u.id) @ q), u.row, u.id) for u in units]
+    return [uid for _, _, uid in sorted(scores, key=lambda x: (-x[0], x[1]))[:k]]
+
+
+@pytest.mark.parametrize("surface", ["visible", "full"])
+def test_numpy_and_faiss_flat_are_identical(surface: str) -> None:
+    bank = _random_bank(300)
+    rng = np.random.default_rng(1)
+    np_index = SurfaceIndex(bank, surface=surface, backend="numpy")
+    fa_index = SurfaceIndex(bank, surface=surface, backend="faiss", faiss_kind="flat")
+    for _ in range(20):
+        q = rng.normal(size=32).astype(np.float32)
+        q /= np.linalg.norm(q)
+        a, b = np_index.search(q, 10), fa_index.search(q, 10)
+        assert [u for u, _ in a] == [u for u, _ in b] == _brute_force(bank, q, 10, surface)
+        np.testing.assert_allclose([s for _, s in a], [s for _, s in b], rtol=1e-5, atol=1e-6)
+
+
+def test_faiss_index_follows_appends_archives_and_descriptors() -> None:
+    bank = _random_bank(50)
+    idx = SurfaceIndex(bank, backend="faiss")
+    q = np.random.default_rng(9).normal(size=32).astype(np.float32)
+    q /= np.linalg.norm(q)
+    assert [u for u, _ in idx.search(q, 3)] == [u for u, _ in SurfaceIndex(bank).search(q, 3)]
+    rebuilds = idx.rebuilds
+    new = bank.create_unit([{"text": "new"}], "s", [], q * 2, T0)  # same direction as the query
+    assert idx.search(q, 1) == [(new, pytest.approx(1.0))]
+    assert idx.rebuilds == rebuilds  # an append is added in place
+    bank.archive(new)
+    assert new not in {u for u, _ in idx.search(q, 60)}
+    assert idx.rebuilds == rebuilds + 1  # a swap-removal reorders the surface: rebuilt
+    target = bank.visible_ids()[-1]
+    bank.set_descriptor(target, "moved", [], q)
+    assert idx.search(q, 1) == [(target, pytest.approx(1.0))]
+
+
+@pytest.mark.parametrize("kind", ["ivf", "hnsw"])
+def test_approximate_faiss_kinds_find_most_true_neighbours(kind: str) -> None:
+    bank = _random_bank(1500, dim=16, seed=3)
+    idx = SurfaceIndex(bank, backend="faiss", faiss_kind=kind, ivf_nprobe=32)
+    rng = np.random.default_rng(4)
+    hits = total = 0
+    for _ in range(10):
+        q = rng.normal(size=16).astype(np.float32)
+        q /= np.linalg.norm(q)
+        truth = set(_brute_force(bank, q, 10, "visible"))
+        hits += len(truth & {u for u, _ in idx.search(q, 10)})
+        total += 10
+    assert hits / total >= 0.8
+
+
+def test_k_larger_than_surface_and_empty_bank() -> None:
+    assert SurfaceIndex(MemoryBank(dim=4)).search(np.ones(4, dtype=np.float32), 5) == []
+    bank = _random_bank(6, dim=4)
+    for backend in ("numpy", "faiss"):
+        res = SurfaceIndex(bank, backend=backend).search(np.ones(4, dtype=np.float32) / 2, 50)
+        assert len(res) == bank.n_visible
+
+
+def test_bad_backend_is_named() -> None:
+    with pytest.raises(ValueError, match="vector.backend"):
+        SurfaceIndex(MemoryBank(dim=4), backend="annoy")
