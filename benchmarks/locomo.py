@@ -18,6 +18,7 @@ import logging
 import re
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from os import PathLike
 from pathlib import Path
@@ -71,8 +72,9 @@ def load_locomo(path: str | PathLike[str], *, repair_evidence: bool = False) -> 
     if not path.exists():
         raise FileNotFoundError(f"LoCoMo path does not exist: {path}")
     dialogues: list[Dialogue] = []
-    for source, stem, doc in _documents(path):
-        dialogues.extend(_dialogues_in(doc, source, stem, repair_evidence))
+    for label, disk, stem, doc in _documents(path):
+        # ``source`` names the file on disk (the archive for a zip member) so run manifests can hash it.
+        dialogues.extend(replace(d, source=disk) for d in _dialogues_in(doc, label, stem, repair_evidence))
     seen: set[str] = set()
     for d in dialogues:
         if d.id in seen:
@@ -87,14 +89,14 @@ def _file_key(name: str) -> tuple[int, str]:
     return (int(stem), name) if stem.isdigit() else (1 << 30, name)
 
 
-def _documents(path: Path) -> Iterator[tuple[str, str, Any]]:
-    """(source label, file stem, parsed JSON) for every JSON document under ``path``."""
+def _documents(path: Path) -> Iterator[tuple[str, str, str, Any]]:
+    """(label for errors, file on disk, file stem, parsed JSON) for every JSON document under ``path``."""
     if path.is_dir():
         files = sorted((p for p in path.rglob("*.json") if p.is_file()), key=lambda p: _file_key(str(p)))
         if not files:
             raise DatasetError(str(path), "folder holds no .json files")
         for f in files:
-            yield str(f), f.stem, parse_json(f.read_bytes(), str(f))
+            yield str(f), str(f), f.stem, parse_json(f.read_bytes(), str(f))
     elif zipfile.is_zipfile(path):
         with zipfile.ZipFile(path) as zf:
             members = [
@@ -106,9 +108,9 @@ def _documents(path: Path) -> Iterator[tuple[str, str, Any]]:
                 raise DatasetError(str(path), "zip archive holds no .json files")
             for m in sorted(members, key=_file_key):
                 label = f"{path}:{m}"
-                yield label, Path(m).stem, parse_json(zf.read(m), label)
+                yield label, str(path), Path(m).stem, parse_json(zf.read(m), label)
     else:
-        yield str(path), path.stem, parse_json(path.read_bytes(), str(path))
+        yield str(path), str(path), path.stem, parse_json(path.read_bytes(), str(path))
 
 
 def _dialogues_in(doc: Any, source: str, stem: str, repair: bool) -> Iterator[Dialogue]:
