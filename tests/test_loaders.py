@@ -64,6 +64,12 @@ def test_real_locomo_counts(locomo_real: list[Dialogue]) -> None:
     assert sum(1 for q in questions if not q.evidence) == 4
     for d in locomo_real:
         _check_stream(d)
+    # Finding: in the real file dates already follow session numbers, strictly (no ties), so the date sort
+    # changes nothing there; the tiny fixture is what exercises reordering.
+    assert sum(len(d.sessions) for d in locomo_real) == 272
+    for d in locomo_real:
+        assert [s.id for s in d.sessions] == [f"D{i}" for i in range(1, len(d.sessions) + 1)]
+        assert all(a.date < b.date for a, b in zip(d.sessions, d.sessions[1:], strict=False))
 
 
 def test_real_locomo_details(locomo_real: list[Dialogue]) -> None:
