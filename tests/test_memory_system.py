@@ -1,0 +1,129 @@
+"""AllMem as a MemorySystem: lifecycle with the offline LLM, ATC hooks, clear ATC error, save/load round trip."""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+from omegaconf import OmegaConf
+from test_memory_fakes import T0, HashEmbedder, make_turns
+
+from allmem.llm import build_llm
+from allmem.memory.system import AllMem
+from allmem.systems import Resources
+from allmem.types import SessionInfo
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+SESSIONS = [
+    ["Ann loves hiking in the Alps", "Bob bought a red bike", "Ann went hiking with her sister"],
+    ["Caroline adopted a puppy named Max", "Bob rides the red bike to work"],
+    ["Max the puppy chewed the shoes", "Ann wants to climb Mont Blanc next summer"],
+]
+
+
+def _resources(tmp_path: Path) -> Resources:
+    llm = build_llm(
+        OmegaConf.load(CONFIGS / "llm" / "offline.yaml"), run_dir=tmp_path, cache_dir=tmp_path / "llm"
+    )
+    return Resources(embedder=HashEmbedder(), llm=llm, run_dir=tmp_path)
+
+
+def _method_cfg(**atc: Any) -> dict[str, Any]:
+    cfg = OmegaConf.to_container(OmegaConf.load(CONFIGS / "method" / "allmem.yaml").method)
+    cfg.pop("_target_"), cfg.pop("name")
+    cfg["atc"] = {"enabled": False, "every_sessions": 3} | atc
+    return cfg
+
+
+def _stream(system: AllMem, dialogue_id: str = "conv-x") -> None:
+    system.reset(dialogue_id)
+    for i, texts in enumerate(SESSIONS, start=1):
+        info = SessionInfo(f"S{i}", T0, i - 1)
+        system.start_session(info)
+        for turn in make_turns(texts, session=i):
+            system.ingest(turn)
+        system.end_session(info)
+    system.end_stream()
+
+
+def test_lifecycle_retrieve_and_stats(tmp_path) -> None:
+    system = AllMem(resources=_resources(tmp_path), **_method_cfg())
+    _stream(system)
+    res = system.retrieve("Who adopted a puppy?")
+    assert res.units and len(res.units) <= 16
+    assert [u.score for u in res.units] == sorted((u.score for u in res.units), reverse=True)
+    assert {"embed", "stage1", "stage2", "stage3"} <= set(res.timings_ms)
+    top = res.units[0]
+    assert top.source_ids and top.speaker == "Ann" and top.timestamp is not None
+    stats = system.stats()
+    assert (stats["n_units"], stats["n_visible"], stats["n_archived"]) == (7, 7, 0)
+    assert stats["descriptor_failures"] == 0 and stats["links_temporal"] == 6
+    assert stats["recoverability"]["n_archived"] == 0
+    system.reset("conv-y")
+    assert system.stats()["n_units"] == 0  # a new dialogue starts empty
+
+
+def test_atc_enabled_without_consolidator_fails_clearly(tmp_path, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "allmem.memory.atc", types.ModuleType("allmem.memory.atc"))
+    system = AllMem(resources=_resources(tmp_path), **_method_cfg(enabled=True))
+    with pytest.raises(RuntimeError, match="atc.enabled=true but allmem.memory.atc.build_consolidator"):
+        system.reset("conv-x")
+
+
+class _RecordingATC:
+    def __init__(self, bank: Any, llm: Any, embedder: Any, cfg: dict, run_dir: Path) -> None:
+        self.bank, self.cfg, self.events = bank, cfg, []
+
+    def on_write(self, uid: str) -> None:
+        assert uid in self.bank  # the unit exists and is linked when the hook fires
+        self.events.append(("write", uid))
+
+    def on_turn_end(self) -> None:
+        self.events.append(("turn",))
+
+    def on_session_end(self) -> None:
+        self.events.append(("session",))
+
+    def on_stream_end(self) -> None:
+        self.events.append(("stream",))
+        self.bank.archive("u000000")
+
+    def stats(self) -> dict[str, Any]:
+        return {"events": len(self.events), "atc_runs": 1}
+
+
+def test_atc_hooks_fire_in_stream_order(tmp_path, monkeypatch) -> None:
+    fake = types.ModuleType("allmem.memory.atc")
+    fake.build_consolidator = _RecordingATC  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "allmem.memory.atc", fake)
+    system = AllMem(resources=_resources(tmp_path), **_method_cfg(enabled=True, theta=0.9))
+    _stream(system)
+    atc = system.consolidator
+    assert atc.cfg["theta"] == 0.9
+    expected: list[tuple] = []
+    uid = 0
+    for texts in SESSIONS:
+        for _ in texts:
+            expected += [("write", f"u{uid:06d}"), ("turn",)]
+            uid += 1
+        expected.append(("session",))
+    assert atc.events == [*expected, ("stream",)]
+    stats = system.stats()
+    assert stats["atc_events"] == len(expected) + 1 and stats["atc_runs"] == 1
+    assert stats["n_archived"] == 1 and stats["recoverability"]["n_archived"] == 1
+
+
+def test_system_save_load_round_trip(tmp_path) -> None:
+    a = AllMem(resources=_resources(tmp_path), **_method_cfg())
+    _stream(a)
+    queries = ["red bike", "puppy", "hiking Alps", "Mont Blanc"]
+    before = [[(u.id, u.score, u.source_ids) for u in a.retrieve(q).units] for q in queries]
+    a.save(tmp_path / "bank")
+    b = AllMem(resources=_resources(tmp_path), **_method_cfg())
+    b.load(tmp_path / "bank")
+    after = [[(u.id, u.score, u.source_ids) for u in b.retrieve(q).units] for q in queries]
+    assert after == before
+    assert b.dialogue_id == "conv-x" and b.writer.last_id == "u000006"
