@@ -49,8 +49,8 @@ def build(node: DictConfig, **available: Any) -> Any:
     accepted = inspect.signature(factory).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
     for key, value in available.items():
-        if takes_any or key in accepted:
-            params.setdefault(key, value)
+        if (takes_any or key in accepted) and params.get(key) is None:
+            params[key] = value
     return factory(**params)
 
 
@@ -150,7 +150,8 @@ def run(cfg: DictConfig) -> Path:
     progress = bool(cfg.run.progress)
 
     dialogues = load_dataset(cfg.dataset)
-    embedder = build(cfg.embedder)
+    embedder_cache = cfg.embedder.get("cache_dir") or Path(cfg.paths.cache_dir) / "embeddings"
+    embedder = build(cfg.embedder, cache_dir=embedder_cache)
     llm = _build_llm(cfg, run_dir)
     resources = Resources(embedder=embedder, llm=llm, run_dir=run_dir)
     generator = build(cfg.generator, embedder=embedder, llm=llm)

@@ -16,7 +16,7 @@ from allmem.metrics import score_records
 # Conversations any LoCoMo-fitted threshold may be fitted on (DEVELOPERS.md); the other five are held out.
 LOCOMO_FIT = ("conv-26", "conv-30", "conv-41", "conv-42", "conv-43")
 
-MAIN_COLUMNS = (("F1", "f1"), ("BLEU-1", "bleu1"), ("ROUGE-L", "rougeL"), ("R@5", "r@5"), ("N@5", "n@5"))
+MAIN_COLUMNS = (("F1", "f1"), ("BLEU-1", "bleu1"), ("ROUGE-L", "rougeL"), ("R@5", "R@5"), ("N@5", "N@5"))
 
 
 @dataclass(frozen=True)
@@ -66,13 +66,6 @@ def markdown(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def _judge_cell(metrics: dict[str, Any]) -> Any:
-    judge = metrics.get("judge")
-    if isinstance(judge, dict):
-        return judge.get("accuracy")
-    return judge
-
-
 def main_table(runs: Sequence[Run]) -> str:
     """Methods × F1, BLEU-1, ROUGE-L, R@5, N@5, 4o-J (n/a when no LLM judged)."""
     header = ["Method", *[c for c, _ in MAIN_COLUMNS], "4o-J", "n", "backend"]
@@ -80,8 +73,8 @@ def main_table(runs: Sequence[Run]) -> str:
     for run in runs:
         overall = run.metrics["overall"]
         rows.append(
-            [run.method, *[overall.get(key) for _, key in MAIN_COLUMNS], _judge_cell(run.metrics),
-             overall.get("n"), "offline" if run.offline else run.metrics.get("backend", {}).get("llm")]
+            [run.method, *[overall["scores"].get(key) for _, key in MAIN_COLUMNS], overall.get("judge"),
+             overall.get("count"), "offline" if run.offline else run.metrics.get("backend", {}).get("llm")]
         )  # fmt: skip
     return markdown(header, rows)
 
@@ -90,11 +83,13 @@ def group_table(runs: Sequence[Run], metric: str = "f1") -> str:
     """One metric per category (LoCoMo, keyed by number) or question type (LongMemEval)."""
     groups = sorted({g for run in runs for g in run.metrics.get("groups", {})})
     header = ["Method", *groups]
-    rows = [[run.method, *[run.metrics["groups"].get(g, {}).get(metric) for g in groups]] for run in runs]
+    rows = [
+        [run.method, *[run.metrics["groups"].get(g, {}).get("scores", {}).get(metric) for g in groups]] for run in runs
+    ]
     return markdown(header, rows)
 
 
-def split_table(runs: Sequence[Run], keys: Sequence[str] = ("f1", "r@5")) -> str:
+def split_table(runs: Sequence[Run], keys: Sequence[str] = ("f1", "R@5")) -> str:
     """All ten LoCoMo conversations, the five any threshold was fitted on, and the five held out."""
     header = ["Method"]
     for key in keys:
@@ -104,7 +99,7 @@ def split_table(runs: Sequence[Run], keys: Sequence[str] = ("f1", "r@5")) -> str
         records = run.records()
         fit = [r for r in records if r["dialogue_id"] in LOCOMO_FIT]
         held = [r for r in records if r["dialogue_id"] not in LOCOMO_FIT]
-        parts = [score_records(part, run.protocol)["overall"] if part else {} for part in (records, fit, held)]
+        parts = [score_records(part, run.protocol)["overall"]["scores"] if part else {} for part in (records, fit, held)]
         row: list[Any] = [run.method]
         for key in keys:
             row += [p.get(key) for p in parts]
