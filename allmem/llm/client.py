@@ -52,6 +52,8 @@ class LLM:
         temperature: float = 0.0,
         judge_model: str | None = None,
         judge_temperature: float = 0.0,
+        judge_enabled: bool = True,
+        judge_votes: int = 1,
         max_concurrency: int = 4,
         dry_run: bool = False,
         info: dict[str, Any] | None = None,
@@ -62,6 +64,10 @@ class LLM:
         self.temperature = float(temperature)
         self.judge_model = judge_model or backend.model
         self.judge_temperature = float(judge_temperature)
+        self.judge_enabled = bool(judge_enabled)
+        self.judge_votes = int(judge_votes)
+        if self.judge_votes < 1:
+            raise LLMError(f"llm.judge.n_votes: must be >= 1, got {judge_votes}")
         self.max_concurrency = max(1, int(max_concurrency))
         self.dry_run = bool(dry_run)
         self._info = dict(info or {})
@@ -98,6 +104,7 @@ class LLM:
             "backend": self.backend.name,
             "model": self.model,
             "judge_model": self.judge_model,
+            "judge": {"enabled": self.judge_enabled, "n_votes": self.judge_votes},
             "temperature": self.temperature,
             "dry_run": self.dry_run,
             "cache": {

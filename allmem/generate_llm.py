@@ -1,0 +1,149 @@
+"""``LLMGenerator``: the answer role behind the LLM interface, whatever the backend.
+
+With ``llm=openai`` (or ``replay``) it renders the answer prompt for the question's protocol variant
+(LoCoMo categories 1-4, LoCoMo category 5 as a two-option question, LongMemEval with the question date as the
+current time) and reads ``{"answer": ...}``. With ``llm=offline`` the same request goes through the same wrapper
+(ledger, phase ``generate``, token counts of the rendered prompt) and the offline role registered here delegates
+to the extractive generator (``allmem.generate.ExtractiveGenerator``), so offline numbers and LLM numbers come
+out of one code path.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from allmem.llm.base import ChatRequest, LLMError
+from allmem.llm.offline import register_offline_role
+from allmem.llm.prompts import build_request
+from allmem.types import Answer, AnswerRequest
+
+NO_CONTEXT = "(no memories retrieved)"
+
+
+@dataclass(frozen=True)
+class OfflineAnswerPayload:
+    """What the offline answer role needs and the prompt cannot carry: the live request and the generator."""
+
+    generator: Any
+    request: AnswerRequest
+
+
+def answer_prompt(req: AnswerRequest) -> tuple[str, dict[str, Any]]:
+    """The template name and variables for ``req``."""
+    context = req.context_text.strip() or NO_CONTEXT
+    if req.options:
+        if len(req.options) != 2:
+            raise ValueError(
+                f"AnswerRequest {req.question_id}: options must hold exactly 2 items, got {req.options}"
+            )
+        return "answer_locomo_options", {
+            "context": context,
+            "question": req.question,
+            "option_a": req.options[0],
+            "option_b": req.options[1],
+        }
+    if req.question_type is not None or (req.date is not None and req.category is None):
+        current = f"{req.date:%Y/%m/%d (%a) %H:%M}" if req.date is not None else "unknown"
+        return "answer_longmemeval", {"context": context, "question": req.question, "current_date": current}
+    return "answer_locomo", {"context": context, "question": req.question}
+
+
+def match_option(text: str, options: tuple[str, ...]) -> str:
+    """Map a reply to one of the two options ("(a)", "b", the option text in any case); else the reply itself."""
+    clean = text.strip().strip(".").strip()
+    low = clean.lower()
+    for opt in options:
+        if low == opt.lower():
+            return opt
+    m = re.fullmatch(r"\(?([ab])\)?(?:[.:)]\s*.*)?", low)
+    if m:
+        return options[0 if m.group(1) == "a" else 1]
+    hits = [opt for opt in options if opt.lower() in low]
+    if len(hits) == 1:
+        return hits[0]
+    marks = set(re.findall(r"\(([ab])\)", low))
+    if len(marks) == 1:
+        return options[0 if marks.pop() == "a" else 1]
+    return clean
+
+
+class LLMGenerator:
+    """Answers an ``AnswerRequest`` through ``llm.chat`` (phase ``generate``).
+
+    ``extractive``: keyword arguments for ``ExtractiveGenerator`` (used only by the offline backend).
+    ``max_tokens``: reply cap sent to the model (part of the cache key).
+    """
+
+    name = "llm"
+
+    def __init__(
+        self,
+        llm: Any,
+        embedder: Any = None,
+        extractive: dict[str, Any] | None = None,
+        max_tokens: int | None = 200,
+    ) -> None:
+        if llm is None:
+            raise ValueError("LLMGenerator needs llm= (build it with allmem.llm.build_llm(cfg.llm))")
+        self.llm = llm
+        self.embedder = embedder
+        self.extractive_kwargs = dict(extractive or {})
+        self.max_tokens = max_tokens
+        self._extractive: Any = None
+
+    def _offline_generator(self) -> Any:
+        if self._extractive is None:
+            if self.embedder is None:
+                raise ValueError(
+                    "LLMGenerator with the offline backend needs embedder= (the extractive generator)"
+                )
+            from allmem.generate import ExtractiveGenerator
+
+            self._extractive = ExtractiveGenerator(self.embedder, **self.extractive_kwargs)
+        return self._extractive
+
+    def answer(self, req: AnswerRequest) -> Answer:
+        template, variables = answer_prompt(req)
+        offline = self.llm.backend_name == "offline" or getattr(self.llm, "dry_run", False)
+        payload = OfflineAnswerPayload(self._offline_generator(), req) if offline else None
+        res = self.llm.chat(build_request(template, variables, max_tokens=self.max_tokens, payload=payload))
+        usage = {
+            "tokens_in": res.tokens_in,
+            "tokens_out": res.tokens_out,
+            "cached": res.cached,
+            "prompt_hash": res.prompt_hash,
+            "template": template,
+            "backend": res.backend,
+        }
+        extra: dict[str, Any] = {}
+        if res.error is not None:
+            extra["error"] = res.error
+            text = ""
+        elif res.parse_error is not None:
+            # A prose reply is still an answer: keep it (stripped), and say it was not valid JSON.
+            extra["parse_error"] = res.parse_error.kind
+            text = res.text.strip()
+        else:
+            text = str(res.data.get("answer", "")).strip()
+            extra.update(res.data.get("_offline") or {})
+        if req.options and text:
+            text = match_option(text, req.options)
+        return Answer(text=text, usage=usage, extra=extra)
+
+
+def _offline_answer(req: ChatRequest) -> str:
+    """The offline answer role: the extractive generator's answer, as the JSON the prompt asks for."""
+    payload = req.payload
+    if not isinstance(payload, OfflineAnswerPayload):
+        raise LLMError(
+            f"offline backend: template {req.template!r} needs an OfflineAnswerPayload (use LLMGenerator.answer)"
+        )
+    ans = payload.generator.answer(payload.request)
+    return json.dumps({"answer": ans.text, "_offline": dict(ans.extra)}, ensure_ascii=False, default=str)
+
+
+for _template in ("answer_locomo", "answer_locomo_options", "answer_longmemeval"):
+    register_offline_role(_template, _offline_answer)

@@ -1,0 +1,179 @@
+"""A stand-in OpenAI-compatible server for tests: stdlib ``http.server`` on 127.0.0.1, random port.
+
+Speaks ``POST /v1/chat/completions``. By default it answers every allmem template plausibly, recognising it by
+the prompt's wording: descriptor JSON, answer JSON, ATC JSON, judge verdicts in each protocol's format. Tests
+script it with ``stub.script(...)`` (a queue of replies used before the defaults: an HTTP status to fail with,
+or a literal content string) and ``stub.verdict`` (the judge's decision rule). It counts requests and keeps their
+bodies and headers so tests can check the request shape.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Recorded:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+def default_verdict(question: str, gold: str, response: str) -> bool:
+    """Correct iff every word of the gold answer appears in the response (case-insensitive)."""
+    words = re.findall(r"[a-z0-9]+", gold.lower())
+    have = set(re.findall(r"[a-z0-9]+", response.lower()))
+    return bool(words) and all(w in have for w in words)
+
+
+def usage_for(prompt: str, content: str) -> dict[str, int]:
+    """Deterministic token usage the tests can recompute: one token per 4 characters, at least 1."""
+    p, c = max(1, len(prompt) // 4), max(1, len(content) // 4)
+    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+
+
+@dataclass
+class StubLLM:
+    """Server state. ``requests`` lists every request received (including failed ones)."""
+
+    verdict: Callable[[str, str, str], bool] = default_verdict
+    requests: list[Recorded] = field(default_factory=list)
+    _queue: deque[tuple[str, Any]] = field(default_factory=deque)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _server: ThreadingHTTPServer | None = None
+
+    @property
+    def count(self) -> int:
+        with self._lock:
+            return len(self.requests)
+
+    @property
+    def base_url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def script(self, *items: tuple[str, Any]) -> None:
+        """Queue replies: ("status", 429) | ("status", 500) | ("content", "raw text")."""
+        with self._lock:
+            self._queue.extend(items)
+
+    def start(self) -> StubLLM:
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:  # keep test output clean
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server naming
+                length = int(self.headers.get("content-length", 0))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                with stub._lock:
+                    stub.requests.append(
+                        Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+                    )
+                    action = stub._queue.popleft() if stub._queue else None
+                if self.path.rstrip("/") != "/v1/chat/completions":
+                    return self._send(
+                        404, {"error": {"message": f"no route {self.path}", "type": "not_found"}}
+                    )
+                if action is not None and action[0] == "status":
+                    return self._send(
+                        int(action[1]),
+                        {"error": {"message": "scripted failure", "type": "server_error"}},
+                        {"retry-after": "0"},
+                    )
+                prompt = "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
+                content = action[1] if action is not None else stub.reply(prompt)
+                self._send(
+                    200,
+                    {
+                        "id": f"chatcmpl-{len(stub.requests)}",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": body.get("model", "stub"),
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": content},
+                                "finish_reason": "stop",
+                            }
+                        ],
+                        "usage": usage_for(prompt, content),
+                    },
+                )
+
+            def _send(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+                data = json.dumps(obj).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    # ------------------------------------------------------------------ default replies per template
+
+    def reply(self, prompt: str) -> str:
+        if "end your reply with exactly [[yes]] or [[no]]" in prompt:
+            q, gold, resp = _judge_fields(prompt, r"(?:Correct answer|Rubric|Explanation)", "Model response")
+            return "Stub reasoning. [[yes]]" if self.verdict(q, gold, resp) else "Stub reasoning. [[no]]"
+        if "Answer yes or no only." in prompt:
+            q, gold, resp = _judge_fields(prompt, r"(?:Correct Answer|Rubric|Explanation)", "Model Response")
+            return "yes" if self.verdict(q, gold, resp) else "no"
+        if "label an answer to a question as 'CORRECT' or 'WRONG'" in prompt:
+            q, gold, resp = _judge_fields(prompt, "Gold answer", "Generated answer", sep="\n")
+            return json.dumps({"label": "CORRECT" if self.verdict(q, gold, resp) else "WRONG"})
+        if '{"summary": "...", "keywords"' in prompt and "Evidence (one record per line" in prompt:
+            lines = prompt.split("Evidence (one record per line, each with its date):\n", 1)[1].split("\n\n")[
+                0
+            ]
+            first = re.sub(r"^\[[^\]]*\]\s*", "", lines.splitlines()[0]) if lines else "nothing"
+            words = [w for w in re.findall(r"[A-Za-z]{5,}", lines)][:4]
+            return json.dumps({"summary": first, "keywords": words})
+        if '{"proposals"' in prompt:
+            return json.dumps({"proposals": []})
+        if '{"segments"' in prompt:
+            return json.dumps({"segments": [], "reason": "coherent"})
+        if '"decline": false' in prompt:
+            return json.dumps({"summary": "stub summary", "keywords": ["stub"], "decline": True})
+        if '{"answer": "..."}' in prompt:
+            return json.dumps({"answer": _stub_answer(prompt)})
+        return "stub: unrecognised prompt"
+
+
+def _judge_fields(prompt: str, gold_label: str, resp_label: str, sep: str = "\n\n") -> tuple[str, str, str]:
+    """The last question / gold / response fields (mem0's prompt shows a worked example before the real one)."""
+    q = re.findall(r"Question: (.*?)" + re.escape(sep), prompt, re.S)
+    g = re.findall(gold_label + r": (.*?)" + re.escape(sep), prompt, re.S)
+    r = re.findall(re.escape(resp_label) + r": (.*?)(?:\n|$)", prompt, re.S)
+    return (q[-1] if q else "", g[-1] if g else "", r[-1] if r else "")
+
+
+def _stub_answer(prompt: str) -> str:
+    """Option questions: the first option; others: the last memory line's text (a deterministic guess)."""
+    opt = re.search(r"^\(a\) (.*)$", prompt, re.M)
+    if opt:
+        return opt.group(1).strip()
+    mem = re.search(r"Memories \(chronological[^\n]*\n(.*?)\n\n", prompt, re.S)
+    lines = [ln for ln in (mem.group(1).splitlines() if mem else []) if ln.strip()]
+    if not lines or lines == ["(no memories retrieved)"]:
+        return "Not mentioned in the conversation"
+    return re.sub(r"^\[[^\]]*\]\s*", "", lines[-1])[:80]
