@@ -8,7 +8,7 @@ Public API (stable; later changes are additive only)::
     Unit (frozen snapshot): id, row, evidence, evidence_hash, summary, keywords, timestamp, order, visible
         .source_ids  .evidence_dicts()  .evidence_text()  .descriptor_text()
     Link (frozen): type, src, dst, weight, seq
-    MemoryBank(dim=384, d_sigma=8)                 d_sigma=None: no semantic out-degree cap (ref)
+    MemoryBank(dim=384, d_sigma=8, capacity=16)    d_sigma=None: no semantic out-degree cap (ref)
         create_unit(evidence, summary, keywords, embedding, timestamp, order=0, visible=True) -> "u000042"
         get(uid) / bank[uid] / uid in bank / len(bank) / ids() / units() / n_visible / is_visible(uid)
         archive(uid)                                visibility to 0 and nothing else
@@ -17,6 +17,7 @@ Public API (stable; later changes are additive only)::
         add_link(type, src, dst, weight=None) -> bool   False if the semantic cap dropped the new link
         remove_link(type, src, dst) -> bool; has_link(type, src, dst)
         out_links(uid, type=None) / in_links(uid, type=None) -> list[Link]; links() -> every link
+        out_map(uid, type) / in_map(uid, type) -> {other_id: Link}  read-only views for hot paths
         link_semantic(a, b, weight=None) -> (a->b kept, b->a kept)
         rewire(source, targets, types=("semantic", "temporal"), keep_original=True) -> links added
         visible_ids() / visible_matrix() -> (ids, matrix)   the searchable surface, maintained incrementally
@@ -33,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -64,11 +66,12 @@ class _Matrix:
     """A growable float32 row store (amortised O(d) append): no full rebuild per insert."""
 
     dim: int
+    capacity: int = 16
     data: np.ndarray = field(init=False)
     n: int = 0
 
     def __post_init__(self) -> None:
-        self.data = np.zeros((16, self.dim), dtype=np.float32)
+        self.data = np.zeros((max(1, self.capacity), self.dim), dtype=np.float32)
 
     def append(self, vec: np.ndarray) -> int:
         if self.n == len(self.data):
@@ -85,21 +88,24 @@ class _Matrix:
         return v
 
 
+_EMPTY: Mapping[str, Link] = MappingProxyType({})
+
+
 class MemoryBank:
     """Units, typed links, and the incrementally maintained visible-surface matrix.
 
     Ids are sequential (``u000000``, ``u000001``, ...) so a run is reproducible given the same operations.
     """
 
-    def __init__(self, dim: int = 384, d_sigma: int | None = 8) -> None:
+    def __init__(self, dim: int = 384, d_sigma: int | None = 8, capacity: int = 16) -> None:
         if d_sigma is not None and d_sigma < 1:
             raise BankError(f"d_sigma must be >= 1 or None, got {d_sigma}")
         self.dim = int(dim)
         self.d_sigma = d_sigma
         self._units: list[Unit] = []
         self._index: dict[str, int] = {}
-        self._emb = _Matrix(self.dim)
-        self._vis = _Matrix(self.dim)
+        self._emb = _Matrix(self.dim, capacity)  # capacity: rows preallocated (large synthetic banks)
+        self._vis = _Matrix(self.dim, capacity)
         self._vis_ids: list[str] = []
         self._vis_pos: dict[str, int] = {}
         self._out: dict[str, dict[str, dict[str, Link]]] = {}
@@ -313,6 +319,14 @@ class MemoryBank:
         self.get(uid)
         types = (type_,) if type_ else LINK_TYPES
         return [lk for t in types for lk in self._out[uid].get(t, {}).values()]
+
+    def out_map(self, uid: str, type_: str) -> Mapping[str, Link]:
+        """``{dst: Link}`` of one type in creation order, without copying (hot path; do not mutate)."""
+        return self._out[uid].get(type_, _EMPTY)
+
+    def in_map(self, uid: str, type_: str) -> Mapping[str, Link]:
+        """``{src: Link}`` of one type in creation order, without copying (hot path; do not mutate)."""
+        return self._in[uid].get(type_, _EMPTY)
 
     def in_links(self, uid: str, type_: str | None = None) -> list[Link]:
         self.get(uid)

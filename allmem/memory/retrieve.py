@@ -12,7 +12,7 @@ and keeps K. Each stage is timed separately.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,7 +103,7 @@ def expand(bank: MemoryBank, anchors: Sequence[str], cfg: RetrievalConfig) -> li
         return cands
     seen = set(cands)
     allowed = [t for t in cfg.priority if t in cfg.link_types] if cfg.type_priority else list(cfg.link_types)
-    frontier = cands
+    frontier = list(cands)  # a copy: cands grows while this hop is read lazily
     for _ in range(cfg.H):
         if len(cands) >= cfg.L or not frontier:
             break
@@ -121,28 +121,30 @@ def expand(bank: MemoryBank, anchors: Sequence[str], cfg: RetrievalConfig) -> li
 
 def _neighbours(
     bank: MemoryBank, frontier: Sequence[str], types: Sequence[str], cfg: RetrievalConfig
-) -> list[str]:
-    """One hop's neighbours in visiting order: by type priority, then frontier rank, then link strength."""
+) -> Iterator[str]:
+    """One hop's neighbours in visiting order: by type priority, then frontier rank, then link strength.
+
+    A generator, so expansion stops reading links as soon as the budget L is full.
+    """
     both = cfg.directions == "both"
-    out: list[str] = []
+    out_map, in_map = bank.out_map, bank.in_map
     if cfg.type_priority:
         for t in types:
             for uid in frontier:
-                links = bank.out_links(uid, t)
-                if t == "semantic":
-                    links = sorted(links, key=lambda lk: (-lk.weight, lk.seq))
-                out.extend(lk.dst for lk in links)
+                links = out_map(uid, t)
+                if t == "semantic" and len(links) > 1:
+                    yield from sorted(links, key=lambda d: (-links[d].weight, links[d].seq))
+                else:
+                    yield from links
                 if both:
-                    out.extend(lk.src for lk in bank.in_links(uid, t))
-        return out
-    allowed = set(types)
+                    yield from in_map(uid, t)
+        return
     for uid in frontier:
-        links = [lk for lk in bank.out_links(uid) if lk.type in allowed]
-        pairs = [(lk.seq, lk.dst) for lk in links]
+        pairs = [(lk.seq, dst) for t in types for dst, lk in out_map(uid, t).items()]
         if both:
-            pairs += [(lk.seq, lk.src) for lk in bank.in_links(uid) if lk.type in allowed]
-        out.extend(dst for _, dst in sorted(pairs))
-    return out
+            pairs += [(lk.seq, src) for t in types for src, lk in in_map(uid, t).items()]
+        pairs.sort()
+        yield from (dst for _, dst in pairs)
 
 
 class Retriever:

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from allmem.memory.bank import MemoryBank, descriptor_text
+from allmem.memory.vector import single_thread_blas
 from allmem.types import Turn
 
 EMBED_FORMATS = ("paper", "ref")
@@ -204,7 +205,8 @@ class OnlineWriter:
         if m == 0 or len(mat) == 0:
             return []
         q = vec / (float(np.linalg.norm(vec)) or 1.0)
-        scores = mat @ q.astype(np.float32)
+        with single_thread_blas():
+            scores = mat @ q.astype(np.float32)
         m = min(m, len(scores))
         pos = np.argpartition(-scores, m - 1)[:m] if m < len(scores) else np.arange(len(scores))
         ids = self.bank.visible_ids_at(pos)
