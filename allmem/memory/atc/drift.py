@@ -1,0 +1,298 @@
+"""The offline diagnoser: finds the three drift patterns from plain inputs, with calibrated confidences.
+
+Why rules and not a model: the offline backend must reproduce the paper's pipeline with no LLM, so this module
+stands in for the diagnosis prompt. It sees exactly what the prompt sees (a focal unit, its top-k visible
+neighbours and its temporal predecessor) plus the unit embeddings, and returns ``(op, target, p)`` proposals.
+
+Confidence mapping (why theta means something). Every feature goes through :func:`ramp`, a line through two
+anchors: the feature value at which the evidence is "even" (p = 0.5) and the value at which an edit is safe
+(p = 0.9); it is clipped to [0, 0.99]. A proposal's p is the minimum over its features (all must hold), then
+capped by vetoes. So p >= 0.9 means every feature reached its "safe" anchor and no veto fired; theta = 0.7 means
+every feature is at least halfway between "even" and "safe". The anchors live in :class:`Calibration`; they were
+set on the synthetic drift corpus (``allmem.memory.atc.synthetic``, calibration seed 0, never the test seeds)
+and on LoCoMo conv-26/30/41/42/43 only. Vetoes and their caps:
+
+- Merge: different speakers -> 0; conflicting values (each side names a number or name the other lacks), a
+  negation on one side only, or a strong change cue in the newer unit -> 0.4 (that is an Update, not a copy).
+  Phatic units ("Thanks!", "Bye, take care!") carry no facts: two phatic units of the same speaker merge on
+  embedding similarity alone when ``merge_phatic`` is on (default): they are true redundancy and only crowd
+  the visible surface. A phatic unit never merges with a factual one.
+- Update: different speakers -> 0.5; the newer unit adds rather than replaces ("also", "another") -> 0.5; a
+  change needs evidence: a strong cue ("no longer", "switched", "moved to", ...) or a negation flip (0.97),
+  a substituted value between two one-sentence state-like statements (0.9; "lives", "works", "favourite"),
+  else 0.6 (two events with different values are two facts, not a supersession).
+- Split: a segment with fewer than ``split_min_content`` content words is attached to its neighbour, never
+  split off; p falls as the most similar pair of segments gets closer (max centroid cosine between segments).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from allmem.memory.atc import text as tx
+
+Embed = Callable[[list[str]], np.ndarray]
+
+
+@dataclass(frozen=True)
+class UnitView:
+    """What the diagnoser knows of one unit. ``order`` grows with time (newer units have larger order)."""
+
+    id: str
+    text: str
+    speaker: str
+    order: int
+    z: np.ndarray
+    summary: str = ""
+    keywords: tuple[str, ...] = ()
+    visible: bool = True
+    n_records: int = 1  # merged units hold several records; only single-record units are split candidates
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """One diagnosis proposal. ``target``: (v,) for Split, a set for Merge, (current, superseded) for Update."""
+
+    op: str
+    target: tuple[str, ...]
+    p: float
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Anchors of the confidence mapping: (feature at p = 0.5, feature at p = 0.9). See the module docstring."""
+
+    merge_sim: tuple[float, float] = (0.75, 0.90)
+    merge_jaccard: tuple[float, float] = (0.30, 0.55)
+    merge_containment: tuple[float, float] = (0.60, 0.85)
+    phatic_sim: tuple[float, float] = (0.60, 0.80)
+    merge_phatic: bool = True
+    update_sim: tuple[float, float] = (0.45, 0.65)
+    update_containment: tuple[float, float] = (0.34, 0.5)
+    update_max_swap: int = 3  # at most this many replaced content words per side for a "substitution"
+    split_sep: tuple[float, float] = (0.35, 0.15)  # max between-segment cosine: lower is more separable
+    split_join: float = 0.35  # adjacent segments at least this similar are one topic
+    split_min_content: int = 3
+    names: frozenset[str] = field(default_factory=frozenset)  # lower-cased speaker names (addressees)
+
+
+def ramp(x: float, anchors: tuple[float, float]) -> float:
+    """Line through (anchors[0], 0.5) and (anchors[1], 0.9), clipped to [0, 0.99]; works for falling anchors."""
+    lo, hi = anchors
+    if hi == lo:
+        raise ValueError(f"ramp anchors must differ, got {anchors}")
+    # Rounded so that a feature exactly at an anchor maps exactly to 0.5 / 0.9 (no float-edge misses).
+    return round(float(min(0.99, max(0.0, 0.5 + 0.4 * (x - lo) / (hi - lo)))), 6)
+
+
+def _cos(a: np.ndarray, b: np.ndarray) -> float:
+    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    if na == 0.0 or nb == 0.0:
+        return 0.0
+    return float(np.dot(a, b) / (na * nb))
+
+
+@dataclass(frozen=True)
+class _Lex:
+    content: frozenset[str]
+    values: frozenset[str]
+    negated: bool
+    strong: tuple[str, ...]
+    weak: tuple[str, ...]
+    state: bool
+    phatic: bool
+    complement: bool
+    holders: frozenset[str]
+    question: bool
+    core: frozenset[str]  # content stems without change cues: the subject and its value
+    single: bool  # one sentence: a cue-less substitution is trusted only between two single statements
+
+
+_COMPLEMENT = ("also", "another", "as well", "too", "second", "in addition", "besides")
+
+
+def _lex(text: str, names: frozenset[str]) -> _Lex:
+    strong, weak = tx.change_cues(text)
+    low = f" {text.lower()} "
+    return _Lex(
+        content=tx.content_stems(text, names),
+        values=tx.value_tokens(text, ignore=names),
+        negated=tx.has_negation(text),
+        strong=tuple(strong),
+        weak=tuple(weak),
+        state=tx.is_state_like(text),
+        phatic=tx.is_phatic(text, ignore=names),
+        complement=any(tx._has_phrase(low, c) for c in _COMPLEMENT),
+        holders=tx.holders(text),
+        question=tx.is_question(text),
+        core=tx.content_stems(tx.strip_cues(text), names),
+        single=len(tx.sentences(text)) == 1,
+    )
+
+
+def merge_confidence(a: UnitView, b: UnitView, cal: Calibration) -> tuple[float, str]:
+    """Confidence that ``a`` and ``b`` are redundant copies of one fact (symmetric)."""
+    if a.speaker != b.speaker:
+        return 0.0, "different speakers"
+    la, lb = _lex(a.text, cal.names), _lex(b.text, cal.names)
+    sim = _cos(a.z, b.z)
+    if la.phatic or lb.phatic:
+        if not (la.phatic and lb.phatic and cal.merge_phatic):
+            return 0.0, "phatic vs factual" if la.phatic != lb.phatic else "phatic merges off"
+        return ramp(sim, cal.phatic_sim), f"phatic pair sim={sim:.2f}"
+    inter = la.content & lb.content
+    jac = tx.jaccard(la.content, lb.content)
+    small = min(len(la.content), len(lb.content))
+    cont = len(inter) / small if small else 0.0
+    p = min(ramp(sim, cal.merge_sim), ramp(jac, cal.merge_jaccard), ramp(cont, cal.merge_containment))
+    reason = f"sim={sim:.2f} jaccard={jac:.2f} containment={cont:.2f}"
+    newer = a if a.order > b.order else b
+    ln = la if newer is a else lb
+    if (la.values - lb.values) and (lb.values - la.values):
+        return min(p, 0.4), reason + f"; conflicting values {sorted(la.values ^ lb.values)}"
+    if la.holders != lb.holders:
+        return min(p, 0.4), reason + f"; about different people {sorted(la.holders ^ lb.holders)}"
+    if la.negated != lb.negated:
+        return min(p, 0.4), reason + "; negation on one side"
+    if ln.strong:
+        return min(p, 0.4), reason + f"; change cue {ln.strong[0]!r}"
+    return p, reason
+
+
+def update_confidence(cur: UnitView, old: UnitView, cal: Calibration) -> tuple[float, str]:
+    """Confidence that ``cur`` (newer) supersedes ``old`` about the same subject."""
+    if cur.order <= old.order:
+        return 0.0, "not newer"
+    lc, lo = _lex(cur.text, cal.names), _lex(old.text, cal.names)
+    if lc.phatic or lo.phatic or lc.question or lo.question:
+        return 0.0, "no statement"
+    sim = _cos(cur.z, old.z)
+    small = min(len(lc.core), len(lo.core))
+    cont = len(lc.core & lo.core) / small if small else 0.0
+    subject = min(ramp(sim, cal.update_sim), ramp(cont, cal.update_containment))
+    new_only, old_only = lc.core - lo.core, lo.core - lc.core
+    vals_new, vals_old = lc.values - lo.values, lo.values - lc.values
+    swapped = bool(new_only and old_only) and max(len(new_only), len(old_only)) <= cal.update_max_swap
+    value_swap = bool(vals_new and vals_old)
+    cues = [c for c in lc.strong if c not in lo.strong]  # a cue both share announces no change between them
+    if not (new_only or old_only or lc.negated != lo.negated):
+        change, why = 0.0, "same content"
+    elif cues and (new_only or lc.negated != lo.negated):
+        change, why = 0.97, f"cue {cues[0]!r}"
+    elif lc.negated != lo.negated and cont >= cal.update_containment[1]:
+        change, why = 0.97, "negation flip"
+    elif (swapped or value_swap) and lc.state and lo.state and lc.single and lo.single:
+        change, why = (0.95 if lc.weak else 0.9), "substituted value in a state"
+    elif swapped or value_swap:
+        change, why = 0.6, "substituted value in an event"
+    else:
+        change, why = 0.0, "no change"
+    p = min(subject, change)
+    reason = f"sim={sim:.2f} containment={cont:.2f}; {why}"
+    if cur.speaker != old.speaker:
+        return min(p, 0.5), reason + "; different speakers"
+    if lc.holders != lo.holders:
+        return min(p, 0.5), reason + f"; about different people {sorted(lc.holders ^ lo.holders)}"
+    if lc.complement and not cues:
+        return min(p, 0.5), reason + "; adds rather than replaces"
+    return p, reason
+
+
+def segment(text: str, embed: Embed, cal: Calibration) -> tuple[list[str], float]:
+    """Contiguous topic segments of ``text`` (verbatim sentence groups) and the max between-segment cosine.
+
+    Short or phatic sentences join their neighbour first; then adjacent groups whose centroids are at least
+    ``split_join`` similar are joined, most similar pair first, until no pair qualifies.
+    """
+    sents = tx.sentences(text)
+    if len(sents) < 2:
+        return [text.strip()], 1.0
+    vecs = np.asarray(embed(sents), dtype=np.float64)
+    groups: list[list[int]] = [[i] for i in range(len(sents))]
+
+    def content(g: list[int]) -> int:
+        return len(tx.content_stems(" ".join(sents[i] for i in g), cal.names))
+
+    def centroid(g: list[int]) -> np.ndarray:
+        return vecs[g].mean(axis=0)
+
+    # Attach thin groups (greetings, "Wow!", one-word asides) to the following group, or the previous at the end.
+    i = 0
+    while i < len(groups) and len(groups) > 1:
+        if content(groups[i]) < cal.split_min_content:
+            j = i + 1 if i + 1 < len(groups) else i - 1
+            lo, hi = min(i, j), max(i, j)
+            groups[lo : hi + 1] = [groups[lo] + groups[hi]]
+            i = max(0, lo - 1) if j < i else lo
+            continue
+        i += 1
+    while len(groups) > 1:
+        sims = [_cos(centroid(groups[k]), centroid(groups[k + 1])) for k in range(len(groups) - 1)]
+        k = int(np.argmax(sims))
+        if sims[k] < cal.split_join:
+            break
+        groups[k : k + 2] = [groups[k] + groups[k + 1]]
+    if len(groups) < 2:
+        return [text.strip()], 1.0
+    cents = [centroid(g) for g in groups]
+    sep = max(_cos(cents[x], cents[y]) for x in range(len(cents)) for y in range(x + 1, len(cents)))
+    return [" ".join(sents[i] for i in g) for g in groups], sep
+
+
+def split_confidence(unit: UnitView, embed: Embed, cal: Calibration) -> tuple[float, str, list[str]]:
+    """Confidence that ``unit`` conflates separable facts, with the segments that separate them."""
+    segs, sep = segment(unit.text, embed, cal)
+    if len(segs) < 2:
+        return 0.0, "one topic", segs
+    return ramp(sep, cal.split_sep), f"{len(segs)} segments, max between-segment cos={sep:.2f}", segs
+
+
+def diagnose(
+    focal: UnitView,
+    context: Sequence[UnitView],
+    embed: Embed | None,
+    cal: Calibration,
+    ops: Sequence[str] = ("split", "merge", "update"),
+) -> list[Proposal]:
+    """All proposals for one local context, in a fixed order (split, merge, update; context order within)."""
+    out: list[Proposal] = []
+    ctx = [c for c in context if c.id != focal.id]
+    if "split" in ops and embed is not None and focal.n_records == 1:
+        p, why, _ = split_confidence(focal, embed, cal)
+        if p > 0.0:
+            out.append(Proposal("split", (focal.id,), p, why))
+    if "merge" in ops:
+        scored = [(c, *merge_confidence(focal, c, cal)) for c in ctx if c.visible]
+        scored = [s for s in scored if s[1] > 0.0]
+        scored.sort(key=lambda s: -s[1])
+        members: list[UnitView] = [focal]
+        ps: list[float] = []
+        reasons: list[str] = []
+        for c, p, why in scored:
+            # Grow a clique: a new member must be a copy of every member already in (transitivity is not free).
+            pair_ps = [p] + [merge_confidence(m, c, cal)[0] for m in members[1:]]
+            members.append(c)
+            ps.append(min(pair_ps))
+            reasons.append(f"{c.id}: {why}")
+            if min(pair_ps) < p:
+                members.pop()
+                ps.pop()
+                reasons.pop()
+        # One proposal per confidence level the clique reaches: the largest set first, then the best pair.
+        if ps:
+            out.append(Proposal("merge", tuple(m.id for m in members), min(ps), "; ".join(reasons)))
+            if len(members) > 2 and ps[0] > min(ps):
+                out.append(Proposal("merge", (focal.id, members[1].id), ps[0], reasons[0]))
+    if "update" in ops:
+        for c in ctx:
+            if not c.visible:
+                continue
+            cur, old = (focal, c) if focal.order > c.order else (c, focal)
+            p, why = update_confidence(cur, old, cal)
+            if p > 0.0:
+                out.append(Proposal("update", (cur.id, old.id), p, why))
+    return out

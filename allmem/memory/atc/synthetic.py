@@ -1,0 +1,313 @@
+"""A synthetic drift corpus: dialogues with planted duplicates, supersessions and conflations, plus look-alikes.
+
+Why: LoCoMo has no labels for structural drift, so ATC's edit precision can only be measured where the truth is
+known by construction. Every turn carries the set of facts it states, as keys ``(speaker, holder, attribute,
+value)``; the gold for each operator follows from the keys alone (see :func:`edit_is_valid`):
+
+- Merge is valid when every member states the same fact set (restatements, or phatic turns of one speaker:
+  they carry no facts, and merging them is the documented choice).
+- Update is valid when the current unit states a state attribute with a new value for a holder the superseded
+  unit gave another value for, and the current unit is newer.
+- Split is valid when the unit states two or more facts (a planted conflation).
+
+Look-alike distractors are the harmful patterns the paper names: the same template for another person or the
+other speaker, another attribute with the same shape, repeated events with different values (events accumulate;
+they do not supersede), complements ("I also have a cat"), and coherent multi-sentence turns about one fact.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from allmem.types import Dialogue, Session, Turn
+
+Key = tuple[str, str, str, str]  # (speaker, holder, attribute, value)
+
+# attribute -> (values, statement templates, supersession templates). {v} new value, {o} old value.
+STATES: dict[str, tuple[list[str], list[str], list[str]]] = {
+    "city": (
+        ["Boston", "Denver", "Seattle", "Austin", "Chicago", "Portland", "Miami", "Atlanta"],
+        [
+            "I live in {v}.",
+            "My home is in {v}, in a small apartment downtown.",
+            "I'm living in {v} at the moment.",
+        ],
+        [
+            "I moved to {v} last month, so I live there now.",
+            "I no longer live in {o}; I live in {v} now.",
+            "I live in {v} now.",
+            "These days I live in {v}.",
+        ],
+    ),
+    "job": (
+        ["nurse", "teacher", "accountant", "chef", "architect", "pharmacist", "librarian", "electrician"],
+        ["I work as a {v}.", "My job is being a {v} at the local clinic.", "I'm a {v} by profession."],
+        [
+            "I switched careers and I work as a {v} now.",
+            "I'm not a {o} anymore, I work as a {v}.",
+            "I work as a {v} now.",
+            "I quit being a {o} and became a {v}.",
+        ],
+    ),
+    "food": (
+        ["sushi", "pizza", "ramen", "tacos", "lasagna", "curry", "paella", "dumplings"],
+        [
+            "My favorite food is {v}.",
+            "I love {v} more than any other food, it's my favorite.",
+            "{V} is my favorite thing to eat.",
+        ],
+        [
+            "My favorite food is {v} now.",
+            "These days my favorite food is {v}, not {o}.",
+            "I changed my mind, my favorite food is {v}.",
+        ],
+    ),
+    "car": (
+        ["Honda Civic", "Toyota Prius", "Ford Focus", "Tesla Model 3", "Subaru Outback", "Mazda Miata"],
+        ["I drive a {v}.", "My car is a {v}.", "I drive a {v} to work every day."],
+        [
+            "I sold the {o} and I drive a {v} now.",
+            "I drive a {v} now instead of the {o}.",
+            "I switched to a {v}.",
+        ],
+    ),
+    "sport": (
+        ["tennis", "basketball", "volleyball", "soccer", "badminton", "golf", "squash"],
+        ["I play {v} every weekend.", "I play {v} with friends twice a week.", "My weekly sport is {v}."],
+        [
+            "I stopped playing {o}; I play {v} now.",
+            "I play {v} every weekend now instead of {o}.",
+            "I gave up {o} and switched to {v}.",
+        ],
+    ),
+    "gym": (
+        ["two", "three", "four", "five"],
+        ["I go to the gym {v} times a week.", "I work out at the gym {v} times every week."],
+        ["I go to the gym {v} times a week now.", "I changed my routine and go to the gym {v} times a week."],
+    ),
+}
+# Relatives' states: the same shapes with another holder; never superseded by the speaker's own statements.
+RELATIVE = {
+    "city": ["My {h} lives in {v}.", "My {h} is living in {v} these past few years."],
+    "job": ["My {h} works as a {v}.", "My {h} is a {v} at the hospital."],
+    "car": ["My {h} drives a {v}."],
+}
+HOLDERS = ["sister", "brother", "mother", "father", "cousin"]
+# Events accumulate: two of them with different values are two facts.
+EVENTS = [
+    (
+        ["Mount Tam", "Yosemite", "Lake Tahoe", "Big Sur", "Zion"],
+        ["Saturday", "Sunday", "Friday"],
+        "I went hiking at {v} on {d}.",
+    ),
+    (
+        ["Inception", "Arrival", "Dune", "Up", "Coco"],
+        ["Monday", "Tuesday", "Thursday"],
+        "I watched {v} at the cinema on {d}.",
+    ),
+    (
+        ["banana bread", "apple pie", "carrot cake", "brownies"],
+        ["Saturday", "Wednesday"],
+        "I baked {v} for my neighbors on {d}.",
+    ),
+    (
+        ["the art museum", "the aquarium", "the botanical garden", "the science center"],
+        ["Sunday", "Friday"],
+        "I visited {v} with my kids on {d}.",
+    ),
+]
+PETS = (["dog", "cat", "rabbit", "parrot"], ["Max", "Luna", "Charlie", "Bella", "Milo", "Daisy"])
+COHERENT = [  # one fact told in several sentences: splitting it would be harmful
+    "I adopted a {k} named {n} last week. {N2} is very playful and sleeps on my bed. I already love {n} so much.",
+    "I started learning the piano this spring. I practice the piano every evening after dinner. "
+    "My piano teacher says I'm improving quickly.",
+    "My garden is finally blooming. The roses in my garden are bright red this year. "
+    "I water the garden every morning before work.",
+]
+FILLERS = [
+    "How was your week?",
+    "What have you been up to lately?",
+    "That sounds lovely, how did it go?",
+    "Oh nice, tell me more about it!",
+    "What made you decide that?",
+    "How is everything else going?",
+    "Did you enjoy it?",
+    "Was it hard to get used to?",
+    "What are your plans for the weekend?",
+    "How are the kids doing?",
+    "Is the weather nice over there?",
+    "Have you read any good books recently?",
+]
+# Replies in SOCIAL carry no fact (labelled by hand): they count as phatic in the gold.
+SOCIAL = frozenset(
+    ["That sounds lovely, how did it go?", "Oh nice, tell me more about it!", "Did you enjoy it?",
+     "How is everything else going?", "What have you been up to lately?"]
+)  # fmt: skip
+PHATIC = ["Thanks!", "Bye! Talk soon.", "Thank you so much!", "Take care, bye!", "Hi! Good to see you!"]
+
+
+@dataclass
+class DriftCorpus:
+    """Dialogues and the gold fact keys of every turn (by turn id, per dialogue)."""
+
+    dialogues: list[Dialogue]
+    keys: dict[str, dict[str, frozenset[Key]]]  # dialogue id -> turn id -> fact keys
+    planted: dict[str, dict[str, list[tuple[str, ...]]]] = field(default_factory=dict)  # dlg -> op -> targets
+    segments: dict[str, dict[str, list[str]]] = field(
+        default_factory=dict
+    )  # dlg -> turn id -> planted segments
+
+
+def _fill(t: str, v: str, o: str = "", h: str = "", d: str = "") -> str:
+    if v[:1].lower() in "aeiou":  # "a electrician" -> "an electrician"
+        t = t.replace("a {v}", "an {v}")
+    return t.replace("{v}", v).replace("{V}", v[:1].upper() + v[1:]).replace("{o}", o).replace(
+        "{h}", h).replace("{d}", d)  # fmt: skip
+
+
+def _dialogue(rng: random.Random, did: str, n_sessions: int) -> tuple[Dialogue, dict, dict, dict]:
+    speakers = rng.sample(["Ana", "Ben", "Chloe", "Dev", "Emma", "Farid"], 2)
+    state: dict[tuple[str, str], str] = {}  # (speaker, attribute) -> current value
+    plan: list[list[tuple[str, str, frozenset[Key], str]]] = [
+        [] for _ in range(n_sessions)
+    ]  # (speaker, text, keys, kind)
+    planted: dict[str, list[tuple[str, ...]]] = {"merge": [], "update": [], "split": []}
+    segs: dict[str, list[str]] = {}
+    said: list[tuple[int, str, str, frozenset[Key]]] = []  # (session, speaker, text, keys): restatable facts
+    conflated: dict[str, list[str]] = {}  # text -> its planted segments
+
+    def say(s: int, spk: str, text: str, keys: frozenset[Key], kind: str) -> None:
+        plan[s].append((spk, text, keys, kind))
+
+    for spk in speakers:
+        attrs = rng.sample(sorted(STATES), 4)
+        for attr in attrs:
+            vals, stmts, sups = STATES[attr]
+            v0 = rng.choice(vals)
+            s0 = rng.randrange(0, max(1, n_sessions - 2))
+            state[(spk, attr)] = v0
+            keys = frozenset({(spk, "self", attr, v0)})
+            text = _fill(rng.choice(stmts), v0)
+            say(s0, spk, text, keys, "state")
+            if attr not in attrs[:2]:  # restating a value that is later superseded would plant a conflict
+                said.append((s0, spk, text, keys))
+            if attr in attrs[:2]:  # planted supersession in a later session
+                v1 = rng.choice([x for x in vals if x != v0])
+                s1 = rng.randrange(s0 + 1, n_sessions)
+                say(
+                    s1, spk, _fill(rng.choice(sups), v1, o=v0), frozenset({(spk, "self", attr, v1)}), "update"
+                )
+        for attr, tpls in RELATIVE.items():  # look-alikes: a relative's state in the same shape
+            v, h = rng.choice(STATES[attr][0]), rng.choice(HOLDERS)
+            say(rng.randrange(n_sessions), spk, _fill(rng.choice(tpls), v, h=h),
+                frozenset({(spk, "relative:" + h, attr, v)}), "relative")  # fmt: skip
+        for places, days, tpl in rng.sample(EVENTS, 2):  # look-alikes: repeated events with other values
+            for v, d in zip(rng.sample(places, 2), rng.sample(days, 2), strict=True):
+                say(rng.randrange(n_sessions), spk, _fill(tpl, v, d=d), frozenset({(spk, "event", tpl, v + d)}),
+                    "event")  # fmt: skip
+        kinds, names = PETS
+        k0, k1 = rng.sample(kinds, 2)
+        n0, n1 = rng.sample(names, 2)
+        sp = rng.randrange(0, n_sessions - 1)
+        say(sp, spk, f"I have a {k0} named {n0}.", frozenset({(spk, "self", "pet", k0)}), "state")
+        said.append((sp, spk, f"I have a {k0} named {n0}.", frozenset({(spk, "self", "pet", k0)})))
+        say(rng.randrange(sp + 1, n_sessions), spk, f"I also have a {k1} named {n1}.",
+            frozenset({(spk, "self", "pet2", k1)}), "complement")  # fmt: skip
+        tpl = rng.choice(COHERENT)
+        k, n = rng.choice(kinds), rng.choice(names)
+        say(rng.randrange(n_sessions), spk, tpl.replace("{k}", k).replace("{n}", n).replace("{N2}", n),
+            frozenset({(spk, "self", "story", tpl[:20])}), "coherent")  # fmt: skip
+    # Restatements of earlier facts (planted merges) and conflations (planted splits).
+    for s_prev, spk, text, keys in rng.sample(said, min(6, len(said))):
+        if s_prev + 1 < n_sessions:
+            lead = rng.choice(["", "Like I said before, ", "Just so you know, ", "As I mentioned, "])
+            body = text if text.startswith(("I ", "I'")) else text[:1].lower() + text[1:]
+            say(rng.randrange(s_prev + 1, n_sessions), spk, lead + body if lead else text, keys, "restate")
+    for spk in speakers:
+        for _ in range(2):
+            pl, dl, tpl = rng.choice(EVENTS)
+            v, d = rng.choice(pl), rng.choice(dl)
+            a = _fill(tpl, v, d=d)
+            b_attr = rng.choice(["city", "job", "car"])
+            bv, h = rng.choice(STATES[b_attr][0]), rng.choice(HOLDERS)
+            b = _fill(rng.choice(RELATIVE[b_attr]), bv, h=h)
+            say(rng.randrange(n_sessions), spk, f"{a} {b}",
+                frozenset({(spk, "event", tpl, v + d), (spk, "relative:" + h, b_attr, bv)}), "conflation")  # fmt: skip
+            conflated[f"{a} {b}"] = [a, b]
+    sessions: list[Session] = []
+    keys_by_turn: dict[str, frozenset[Key]] = {}
+    start = datetime(2023, 1, 2, 10, 0) + timedelta(days=rng.randrange(300))
+    order = 0
+    for s in range(n_sessions):
+        items = plan[s]
+        rng.shuffle(items)
+        turns: list[Turn] = []
+        date = start + timedelta(days=9 * s)
+        lines: list[tuple[str, str, frozenset[Key], str]] = []
+        for spk, text, keys, kind in items:
+            other = speakers[1 - speakers.index(spk)]
+            lines.append((spk, text, keys, kind))
+            filler = rng.choice(
+                FILLERS
+            )  # the same question twice by one speaker is one (fact-free) utterance
+            key = (other, "phatic", "", "") if filler in SOCIAL else (other, "filler", filler, "")
+            lines.append((other, filler, frozenset({key}), "filler"))
+        if s > 0 and lines:
+            p = rng.choice(PHATIC)
+            lines.insert(0, (speakers[0], p, frozenset({(speakers[0], "phatic", "", "")}), "phatic"))
+        for i, (spk, text, keys, kind) in enumerate(lines):
+            tid = f"D{s + 1}:{i + 1}"
+            turns.append(Turn(tid, f"S{s + 1}", spk, text, date + timedelta(minutes=i), order, source_id=tid))
+            order += 1
+            if kind == "conflation":
+                segs[tid] = conflated[text]
+                planted["split"].append((tid,))
+            elif kind == "restate":  # pair with the first turn that stated the same facts
+                planted["merge"].append((next(t for t, k in keys_by_turn.items() if k == keys), tid))
+            elif kind == "update":  # (current, superseded): the latest earlier value of this attribute
+                ((_, _, attr, _v),) = keys
+                olds = [
+                    t
+                    for t, k in keys_by_turn.items()
+                    for c in k
+                    if c[:3] == (spk, "self", attr) and c[3] != _v
+                ]
+                planted["update"].append((tid, olds[-1]))
+            keys_by_turn[tid] = keys
+        sessions.append(Session(f"S{s + 1}", date, s, tuple(turns)))
+    dlg = Dialogue(did, tuple(sessions), (), tuple(speakers), source="synthetic")
+    return dlg, keys_by_turn, planted, segs
+
+
+def make_corpus(seed: int, n_dialogues: int = 4, n_sessions: int = 6) -> DriftCorpus:
+    """``n_dialogues`` dialogues from one seed; seed 0 is the calibration corpus, tests use other seeds."""
+    rng = random.Random(seed)
+    corpus = DriftCorpus([], {})
+    for i in range(n_dialogues):
+        dlg, keys, planted, segs = _dialogue(rng, f"syn-{seed}-{i}", n_sessions)
+        corpus.dialogues.append(dlg)
+        corpus.keys[dlg.id] = keys
+        corpus.planted[dlg.id] = planted
+        corpus.segments[dlg.id] = segs
+    return corpus
+
+
+STATE_ATTRS = frozenset(STATES)
+
+
+def edit_is_valid(op: str, members: list[frozenset[Key]]) -> bool:
+    """The gold verdict for one edit, from the fact keys of its units (Merge: all; Update: current, old)."""
+    if op == "merge":
+        return len(members) >= 2 and all(m == members[0] for m in members) and bool(members[0])
+    if op == "update":
+        cur, old = members
+        return any(
+            c[0] == o[0] and c[1] == o[1] == "self" and c[2] == o[2] and c[2] in STATE_ATTRS and c[3] != o[3]
+            for c in cur
+            for o in old
+        )
+    if op == "split":
+        return len(members[0]) >= 2
+    raise ValueError(f"edit_is_valid: unknown op {op!r}")

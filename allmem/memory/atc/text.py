@@ -1,0 +1,221 @@
+"""Lexical features the offline diagnoser reads: content words, values, negation, change cues, sentences.
+
+Why a hand-made layer instead of a tagger: the offline backend must run with no model hub and no NLTK data, and
+its decisions must be explainable in a sentence (every proposal carries a ``reason`` built from these features).
+All functions are pure and deterministic.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from nltk.stem import PorterStemmer
+
+_WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?|\d+(?:[.,:]\d+)*")
+# Sentence boundary: terminal punctuation (optionally closing quote/bracket) then whitespace.
+_SENT_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+")
+
+STOPWORDS = frozenset(
+    """a about above after again against all also am an and any are aren't as at be because been before being
+    below between both but by can can't could couldn't did didn't do does doesn't doing don't down during each
+    few for from further had hadn't has hasn't have haven't having he he'd he'll he's her here here's hers herself
+    him himself his how how's i i'd i'll i'm i've if in into is isn't it it's its itself just let's me more most
+    mustn't my myself nor of off on once only or other ought our ours ourselves out over own same shan't she she'd
+    she'll she's should shouldn't so some such than that that's the their theirs them themselves then there
+    there's these they they'd they'll they're they've this those through to too under until up very was wasn't we
+    we'd we'll we're we've were weren't what what's when when's where where's which while who who's whom why why's
+    with won't would wouldn't you you'd you'll you're you've your yours yourself yourselves really so much many
+    lot lots thing things get got gonna going go been one ones well like""".split()
+)
+# Words that make an utterance social rather than factual ("Thanks!", "Bye, take care!").
+PHATIC = frozenset(
+    """hi hey hello hiya bye goodbye goodnight night morning evening thanks thank thx ty welcome ok okay yes yeah
+    yep sure cool great awesome nice wow lol haha hahaha glad see later soon talk take care good bad sorry hear
+    chat catch definitely absolutely totally agree true right amazing wonderful fantastic love appreciate cheers
+    congrats congratulations happy fun exciting excited oh ah hmm mm enjoy sounds sound""".split()
+)
+NEGATIONS = frozenset("not no never n't none nobody nothing neither nor without anymore".split())
+# Phrases that announce a changed state. Strong cues rarely occur without a change; weak ones often do.
+STRONG_CUES = (
+    "no longer",
+    "not anymore",
+    "anymore",
+    "any more",
+    "switched",
+    "switch to",
+    "moved to",
+    "moved out",
+    "changed",
+    "instead",
+    "quit",
+    "stopped",
+    "nowadays",
+    "these days",
+    "used to",  # not after get/got/be: "get used to" is not a change
+    "not any longer",
+    "replaced",
+    "gave up",
+)
+WEAK_CUES = ("now", "recently", "new", "actually", "currently", "since", "lately")
+NUMBER_WORDS = frozenset(
+    """zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen
+    seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred thousand
+    million first second third fourth fifth""".split()
+)
+# Verbs and nouns that mark an enduring state (which a newer statement can supersede) rather than an event
+# (which accumulates: two hikes are two facts).
+STATE_MARKERS = frozenset(
+    """is am are 's live lives living work works working job have has own owns like likes love loves prefer
+    prefers favorite favourite favourites favorites use uses drive drives play plays study studies eat eats
+    drink drinks current currently usually always every weekly daily times""".split()
+)
+
+_stemmer = PorterStemmer()
+
+
+@lru_cache(maxsize=65536)
+def stem(word: str) -> str:
+    """Porter stem of a lower-cased word; cached because the same words recur across every context."""
+    return _stemmer.stem(word.lower())
+
+
+def words(text: str) -> list[str]:
+    """Word and number tokens with their original casing."""
+    return _WORD.findall(text)
+
+
+def content_stems(text: str, names: frozenset[str] = frozenset()) -> frozenset[str]:
+    """Stems of the words that carry meaning: no stopwords, no phatic words, no known names (addressees)."""
+    out = set()
+    for w in words(text):
+        lw = w.lower()
+        if lw in STOPWORDS or lw in PHATIC or lw in NEGATIONS or _is_name(w, names):
+            continue
+        out.add(stem(lw))
+    return frozenset(out)
+
+
+def _is_name(word: str, names: frozenset[str]) -> bool:
+    """A known (lower-cased) name, or a capitalised short form of one ("Mel" for Melanie, not "car")."""
+    low = word.lower()
+    if low in names:
+        return True
+    return word[:1].isupper() and len(low) >= 3 and any(n.startswith(low) for n in names)
+
+
+def value_tokens(text: str, ignore: frozenset[str] = frozenset()) -> frozenset[str]:
+    """Tokens that name a specific value: numbers, number words, and capitalised words inside a sentence.
+
+    Sentence-initial capitals and ``I`` are not values. ``ignore`` drops known names (the speakers), which occur
+    as addressees ("Thanks, Mel!") and say nothing about the fact.
+    """
+    out = set()
+    for sent in sentences(text):
+        toks = words(sent)
+        for i, w in enumerate(toks):
+            lw = w.lower()
+            if _is_name(w, ignore):
+                continue
+            if w[0].isdigit() or lw in NUMBER_WORDS:
+                out.add(lw)
+            elif i > 0 and w[0].isupper() and w != "I" and not w.startswith("I'") and lw not in STOPWORDS:
+                out.add(lw)
+    return frozenset(out)
+
+
+def has_negation(text: str) -> bool:
+    low = text.lower()
+    return any(w.lower() in NEGATIONS or w.lower().endswith("n't") for w in words(low)) or "no longer" in low
+
+
+def _phrase_re(phrase: str) -> re.Pattern[str]:
+    pat = r"(?<![A-Za-z])" + re.escape(phrase) + r"(?![A-Za-z])"
+    if phrase == "used to":  # "I used to ..." announces a change; "get used to" does not
+        pat = (
+            r"(?<!get )(?<!got )(?<!getting )(?<!be )(?<!been )(?<!am )(?<!is )(?<!are )(?<!was )(?<!were )"
+            + pat
+        )
+    return re.compile(pat)
+
+
+_PHRASES = {p: _phrase_re(p) for p in (*STRONG_CUES, *WEAK_CUES)}
+
+
+def _has_phrase(text: str, phrase: str) -> bool:
+    rx = _PHRASES.get(phrase) or _phrase_re(phrase)
+    return rx.search(text.lower()) is not None
+
+
+def change_cues(text: str) -> tuple[list[str], list[str]]:
+    """(strong, weak) change cues present in ``text``."""
+    strong = [c for c in STRONG_CUES if _has_phrase(text, c)]
+    weak = [c for c in WEAK_CUES if _has_phrase(text, c)]
+    return strong, weak
+
+
+def strip_cues(text: str) -> str:
+    """``text`` without its change cues, so that cue words do not count as a changed subject."""
+    low = text.lower()
+    for c in (*STRONG_CUES, *WEAK_CUES):
+        low = _PHRASES[c].sub(" ", low)
+    return low
+
+
+# People a fact can be about other than the speaker: "my sister lives in Boston" is not the speaker's home.
+RELATIONS = frozenset(
+    """sister sisters brother brothers mother mom mum father dad parents son sons daughter daughters wife husband
+    partner boyfriend girlfriend fiance fiancee friend friends cousin cousins aunt uncle grandma grandpa
+    grandmother grandfather grandparents boss coworker colleague neighbor neighbour roommate kid kids child
+    children baby nephew niece family""".split()
+)
+
+
+def holders(text: str) -> frozenset[str]:
+    """Who the statement is about: relation nouns after a possessive ("my sister"), else the speaker ("self")."""
+    toks = [w.lower() for w in words(text)]
+    out = {
+        toks[i + 1]
+        for i in range(len(toks) - 1)
+        if toks[i] in ("my", "our", "his", "her") and toks[i + 1] in RELATIONS
+    }
+    return frozenset(out) if out else frozenset({"self"})
+
+
+def is_question(text: str) -> bool:
+    return text.rstrip().rstrip("!.\"' ").endswith("?")
+
+
+def is_state_like(text: str) -> bool:
+    """Does the text describe an enduring state (live, work, favourite, own, ...)?"""
+    return any(w.lower() in STATE_MARKERS for w in words(text))
+
+
+def is_phatic(text: str, ignore: frozenset[str] = frozenset()) -> bool:
+    """A social utterance with no fact in it: no content words once phatic words and known names are removed."""
+    toks = words(text)
+    if not toks or len(toks) > 12:
+        return False
+    return all(t.lower() in STOPWORDS or t.lower() in PHATIC or _is_name(t, ignore) for t in toks)
+
+
+def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    if not a and not b:
+        return 0.0
+    return len(a & b) / len(a | b)
+
+
+def sentences(text: str) -> list[str]:
+    """Verbatim sentences of ``text`` (no rewriting), so that groups of them stay grounded spans."""
+    parts = [p.strip() for p in _SENT_END.split(text.strip())]
+    return [p for p in parts if p]
+
+
+def normalise_ws(text: str) -> str:
+    return " ".join(text.split())
+
+
+def is_grounded(segment: str, evidence: str) -> bool:
+    """A segment is grounded when it is a verbatim span of the evidence, whitespace-normalised."""
+    seg = normalise_ws(segment)
+    return bool(seg) and seg in normalise_ws(evidence)
