@@ -39,10 +39,11 @@ __all__ = [
     "build_request",
 ]
 
-BACKENDS = ("offline", "openai", "replay")
+BACKENDS = ("offline", "openai", "replay", "scripted")  # scripted: a test fake (allmem/llm/scripted.py)
 _KNOWN = {
     "backend", "model", "base_url", "api_key_env", "temperature", "timeout_s", "max_retries", "backoff_base_s",
     "backoff_max_s", "max_concurrency", "rpm", "tpm", "cache", "judge", "dry_run", "replay_of", "prices",
+    "script", "fallback",
 }  # fmt: skip
 
 
@@ -77,7 +78,7 @@ def build_llm(cfg_llm: Any, run_dir: str | Path | None = None, cache_dir: str | 
     backend_name = cfg.get("backend", "offline")
     if backend_name not in BACKENDS:
         raise LLMError(f"llm.backend: {backend_name!r} is not one of {BACKENDS}")
-    model = str(cfg.get("model") or ("offline" if backend_name == "offline" else ""))
+    model = str(cfg.get("model") or (backend_name if backend_name in ("offline", "scripted") else ""))
     if not model:
         raise LLMError(f"llm.model: required for backend {backend_name}")
     judge = dict(cfg.get("judge") or {})
@@ -102,6 +103,10 @@ def build_llm(cfg_llm: Any, run_dir: str | Path | None = None, cache_dir: str | 
             rpm=cfg.get("rpm"),
             tpm=cfg.get("tpm"),
         )
+    elif backend_name == "scripted":
+        from allmem.llm.scripted import ScriptedBackend
+
+        backend = ScriptedBackend(cfg.get("script"), str(cfg.get("fallback") or "error"), model=model)
     else:
         from allmem.llm.openai_backend import ReplayBackend
 
