@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hydra.utils import get_class
+from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
@@ -43,7 +43,7 @@ def build(node: DictConfig, **available: Any) -> Any:
     assert isinstance(params, dict)
     target = params.pop("_target_")
     params.pop("name", None)
-    factory = get_class(target) if "." in target else None
+    factory = get_object(target) if "." in target else None
     if factory is None:
         raise ValueError(f"config node has no importable _target_: {target!r}")
     accepted = inspect.signature(factory).parameters
@@ -204,7 +204,9 @@ def _backend(cfg: DictConfig, llm: Any) -> dict[str, Any]:
         "llm_model": str(cfg.llm.get("model", "")),
         "embedder": "all-MiniLM-L6-v2",
         "generator": str(cfg.generator._target_),
-        "offline": str(cfg.llm.backend) == "offline",
+        # a dry run calls no model: its answers come from the offline roles, so its numbers are offline numbers
+        "offline": str(cfg.llm.backend) == "offline" or bool(cfg.llm.get("dry_run", False)),
+        "llm_dry_run": bool(cfg.llm.get("dry_run", False)),
     }
 
 
@@ -219,6 +221,9 @@ def _judge_fn(cfg: DictConfig, llm: Any) -> Callable[[dict[str, Any]], dict[str,
 
 
 def _cost(llm: Any) -> dict[str, Any]:
+    """Per-phase LLM totals (calls, tokens, latency, cache hits); priced at report time (configs/llm/prices.yaml)."""
+    if hasattr(llm, "totals"):
+        return llm.totals()
     ledger = getattr(llm, "ledger", None)
     return ledger.totals() if ledger is not None else {}
 

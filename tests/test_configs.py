@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
-from hydra.utils import get_class
+from hydra.utils import get_object
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 GROUPS = sorted(p.name for p in CONFIGS.iterdir() if p.is_dir() and p.name not in ("local", "experiment"))
@@ -28,7 +28,7 @@ def test_option_composes_and_target_imports(group, option):
     cfg = _compose([f"{group}={option}"])
     node = cfg[group]
     if "_target_" in node:
-        assert callable(get_class(node._target_))
+        assert callable(get_object(node._target_))
     if group == "method":
         assert node.name, "every method names itself (run directories and tables use it)"
 
