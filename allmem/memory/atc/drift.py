@@ -35,6 +35,7 @@ import numpy as np
 from allmem.memory.atc import text as tx
 
 Embed = Callable[[list[str]], np.ndarray]
+MIN_REPORTED = 0.3  # proposals below this are never useful at any sensible theta: not reported
 
 
 @dataclass(frozen=True)
@@ -269,24 +270,27 @@ def diagnose(
         scored = [(c, *merge_confidence(focal, c, cal)) for c in ctx if c.visible]
         scored = [s for s in scored if s[1] > 0.0]
         scored.sort(key=lambda s: -s[1])
+        # Grow the set in order of confidence; a member's set confidence is its weakest pair with any member
+        # already in (redundancy is not transitive for free). Sets form a chain S1 < S2 < ... with falling p.
         members: list[UnitView] = [focal]
-        ps: list[float] = []
-        reasons: list[str] = []
+        levels: list[tuple[int, float, str]] = []  # (set size, p, reason)
+        p_set = 1.0
         for c, p, why in scored:
-            # Grow a clique: a new member must be a copy of every member already in (transitivity is not free).
-            pair_ps = [p] + [merge_confidence(m, c, cal)[0] for m in members[1:]]
+            p_new = min([p_set, p] + [merge_confidence(m, c, cal)[0] for m in members[1:]])
+            if p_new < MIN_REPORTED:
+                continue
             members.append(c)
-            ps.append(min(pair_ps))
-            reasons.append(f"{c.id}: {why}")
-            if min(pair_ps) < p:
-                members.pop()
-                ps.pop()
-                reasons.pop()
-        # One proposal per confidence level the clique reaches: the largest set first, then the best pair.
-        if ps:
-            out.append(Proposal("merge", tuple(m.id for m in members), min(ps), "; ".join(reasons)))
-            if len(members) > 2 and ps[0] > min(ps):
-                out.append(Proposal("merge", (focal.id, members[1].id), ps[0], reasons[0]))
+            if levels and levels[-1][1] == p_new:
+                levels[-1] = (len(members), p_new, levels[-1][2] + f"; {c.id}: {why}")
+            else:
+                levels.append(
+                    (len(members), p_new, (levels[-1][2] + "; " if levels else "") + f"{c.id}: {why}")
+                )
+            p_set = p_new
+        # The largest set first: gating drops the sets below theta, and after the largest passing set is
+        # executed its subsets are stale.
+        for size, p, why in reversed(levels):
+            out.append(Proposal("merge", tuple(m.id for m in members[:size]), p, why))
     if "update" in ops:
         for c in ctx:
             if not c.visible:
