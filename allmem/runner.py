@@ -221,7 +221,7 @@ def _judge_fn(cfg: DictConfig, llm: Any) -> Callable[[dict[str, Any]], dict[str,
 
 
 def _cost(llm: Any) -> dict[str, Any]:
-    """Per-phase LLM totals (calls, tokens, latency, cache hits); priced at report time (configs/llm/prices.yaml)."""
+    """Per-phase LLM totals (calls, tokens, latency, cache hits); priced at report time (llm.prices, ledger.price_run)."""
     if hasattr(llm, "totals"):
         return llm.totals()
     ledger = getattr(llm, "ledger", None)

@@ -294,3 +294,19 @@ def test_dry_run_estimates_without_calling(tmp_path: Path) -> None:
     (line,) = read_calls(tmp_path / "run" / "calls.jsonl")
     assert line["dry_run"] is True and line["estimated"] is True and line["model"] == "gpt-4o-mini"
     assert not llm.can_judge and "dry run" in llm.judge_unavailable_reason()
+
+
+def test_price_run_reads_the_run_config(tmp_path: Path) -> None:
+    from allmem.llm.ledger import price_run
+
+    (tmp_path / "config.yaml").write_text(
+        "llm:\n  prices:\n    gpt-4o-mini: {input_per_mtok: 0.15, output_per_mtok: 0.60}\n"
+    )
+    Ledger(tmp_path / "calls.jsonl").record(
+        CallRecord("generate", "openai", "gpt-4o-mini", 2_000_000, 1_000_000, 1, False, "h")
+    )
+    Ledger(tmp_path / "calls.jsonl").record(
+        CallRecord("write", "offline", "offline", 100, 10, 1, False, "h2")
+    )
+    cost = price_run(tmp_path)
+    assert cost["usd"] == pytest.approx(2 * 0.15 + 0.60) and cost["unpriced_models"] == ["offline"]

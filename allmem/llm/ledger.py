@@ -121,3 +121,15 @@ def price_calls(
             phase["usd"] += usd
             out["usd"] += usd
     return out
+
+
+def price_run(run_dir: str | Path, prices: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, Any]:
+    """Price a run directory's ``calls.jsonl`` with ``prices``, else the ``llm.prices`` table of its config.yaml."""
+    run = Path(run_dir)
+    if prices is None:
+        import yaml
+
+        cfg_path = run / "config.yaml"
+        cfg = yaml.safe_load(cfg_path.read_text(encoding="utf-8")) if cfg_path.exists() else {}
+        prices = ((cfg or {}).get("llm") or {}).get("prices") or {}
+    return price_calls(read_calls(run / "calls.jsonl"), prices)
