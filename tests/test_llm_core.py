@@ -310,3 +310,39 @@ def test_price_run_reads_the_run_config(tmp_path: Path) -> None:
     )
     cost = price_run(tmp_path)
     assert cost["usd"] == pytest.approx(2 * 0.15 + 0.60) and cost["unpriced_models"] == ["offline"]
+
+
+def _write_keys(path: str, worker: int) -> None:
+    from allmem.llm.cache import CachedReply
+
+    cache = ResponseCache(path)
+    for j in range(30):
+        cache.put(
+            f"k{j}", phase="write", template="t", backend="b", model="m", reply=CachedReply(f"v{j}", j, 1)
+        )
+        cache.put(
+            f"w{worker}-{j}",
+            phase="write",
+            template="t",
+            backend="b",
+            model="m",
+            reply=CachedReply("x", 1, 1),
+        )
+    cache.close()
+
+
+def test_cache_is_shared_by_processes(tmp_path: Path) -> None:
+    import multiprocessing
+
+    from allmem.llm.cache import CachedReply
+
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_write_keys, args=(str(tmp_path / "c.sqlite"), w)) for w in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0, 0]
+    cache = ResponseCache(tmp_path / "c.sqlite")
+    assert len(cache) == 30 + 3 * 30  # shared keys once (INSERT OR IGNORE), each worker's own keys
+    assert cache.get("k7", "write") == CachedReply("v7", 7, 1)

@@ -97,3 +97,42 @@ def test_locomo_two_dialogues_against_the_stub_then_replay(tmp_path: Path, locom
                 assert KEY.encode() not in path.read_bytes(), path
     finally:
         stub.stop()
+
+
+@pytest.mark.slow
+def test_dry_run_books_estimates_and_calls_nothing(tmp_path: Path, fixtures_dir: Path) -> None:
+    """llm=openai llm.dry_run=true: the run completes on the offline roles, the stub sees no request, the ledger
+    books the configured models with estimated tokens for every answer and judge prompt, and 4o-J stays null."""
+    stub = StubLLM().start()
+    try:
+        env = os.environ | {"HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
+        env.pop("OPENAI_API_KEY", None)  # a dry run needs no key
+        run_dir = _allmem_run(
+            [
+                f"dataset.path={fixtures_dir / 'locomo_tiny.json'}",
+                "method=bm25",
+                "run.progress=false",
+                f"run.root={tmp_path / 'runs'}",
+                f"paths.cache_dir={tmp_path / 'cache'}",
+                "llm=openai",
+                f"llm.base_url={stub.base_url}",
+                "llm.dry_run=true",
+            ],  # fmt: skip
+            REPO,
+            env,
+        )
+        assert stub.count == 0
+        records = rundir.read_jsonl(run_dir / rundir.PREDICTIONS)
+        calls = [json.loads(x) for x in (run_dir / rundir.CALLS).read_text().splitlines()]
+        by_phase = {p: [c for c in calls if c["phase"] == p] for p in ("generate", "judge")}
+        assert len(by_phase["generate"]) == len(by_phase["judge"]) == len(records) == len(calls) // 2
+        assert all(c["dry_run"] and c["estimated"] for c in calls)
+        assert {c["model"] for c in by_phase["generate"]} == {"gpt-4o-mini"}
+        assert {c["model"] for c in by_phase["judge"]} == {"gpt-4o"}
+        assert all(c["tokens_in"] > 0 for c in calls)
+        metrics = json.loads((run_dir / rundir.METRICS).read_text())
+        assert metrics["overall"]["judge"] is None and "judge" not in records[0]
+        assert metrics["backend"]["llm_dry_run"] is True and metrics["backend"]["offline"] is True
+        assert metrics["cost"]["judge"]["tokens_in"] == sum(c["tokens_in"] for c in by_phase["judge"])
+    finally:
+        stub.stop()
