@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -60,7 +61,7 @@ class StubLLM:
         return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
 
     def script(self, *items: tuple[str, Any]) -> None:
-        """Queue replies: ("status", 429) | ("status", 500) | ("content", "raw text")."""
+        """Queue replies: ("status", 429) | ("status", 500) | ("content", "raw text") | ("delay", seconds)."""
         with self._lock:
             self._queue.extend(items)
 
@@ -83,6 +84,9 @@ class StubLLM:
                     return self._send(
                         404, {"error": {"message": f"no route {self.path}", "type": "not_found"}}
                     )
+                if action is not None and action[0] == "delay":  # answer normally, but too late
+                    time.sleep(float(action[1]))
+                    action = None
                 if action is not None and action[0] == "status":
                     return self._send(
                         int(action[1]),

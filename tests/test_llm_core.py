@@ -346,3 +346,29 @@ def test_cache_is_shared_by_processes(tmp_path: Path) -> None:
     cache = ResponseCache(tmp_path / "c.sqlite")
     assert len(cache) == 30 + 3 * 30  # shared keys once (INSERT OR IGNORE), each worker's own keys
     assert cache.get("k7", "write") == CachedReply("v7", 7, 1)
+
+
+def test_keywords_drop_chat_fillers_and_sentence_start_words() -> None:
+    from allmem.llm.keywords import KeywordExtractor
+
+    kw = KeywordExtractor()(
+        "Wow, Painting is fun! Hey Mel, I saw one with John at the Perseid meteor shower.", ["Caroline"]
+    )
+    assert kw[0] == "Caroline" and "Mel" in kw and "John" in kw
+    assert not {"Wow", "Hey", "Hey Mel", "one with"} & set(kw)
+    assert any("Perseid meteor shower" in k for k in kw)
+
+
+def test_chat_many_keeps_request_order(tmp_path: Path) -> None:
+    llm = offline_llm(tmp_path, max_concurrency=3)
+    texts = [f"Item number {i} is a {w}." for i, w in enumerate(["cat", "dog", "lamp", "car", "tree"])]
+    reqs = [
+        build_request(
+            "descriptor",
+            {"evidence": t, "n_keywords": "4", "evidence_records": [{"speaker": "A", "text": t}]},
+        )
+        for t in texts
+    ]
+    results = llm.chat_many(reqs)
+    assert [r.data["summary"] for r in results] == [f"A: {t}" for t in texts]
+    assert llm.totals()["write"]["calls"] == 5

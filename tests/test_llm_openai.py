@@ -65,6 +65,15 @@ def test_429_then_success_retries_exactly_once(stub: StubLLM, tmp_path: Path) ->
     assert line["retries"] == 1 and line["ok"] is True
 
 
+def test_timeout_is_retried(stub: StubLLM, tmp_path: Path) -> None:
+    llm = make(stub, tmp_path, timeout_s=0.3)
+    stub.script(("delay", 1.0))
+    assert isinstance(describe(llm, EVIDENCE), Descriptor)
+    assert stub.count == 2
+    (line,) = read_calls(tmp_path / "run" / "calls.jsonl")
+    assert line["retries"] == 1
+
+
 def test_5xx_exhausting_retries_is_a_failed_result_not_an_exception(stub: StubLLM, tmp_path: Path) -> None:
     llm = make(stub, tmp_path, max_retries=2)
     stub.script(("status", 500), ("status", 502), ("status", 503))

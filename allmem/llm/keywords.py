@@ -40,6 +40,13 @@ _NUMBER_RE = re.compile(
     re.I,
 )
 _NAME_RE = re.compile(r"\b[A-Z][a-zA-Z'’-]+(?:\s+[A-Z][a-zA-Z'’-]+)*\b")
+_SENTENCE_START = re.compile(r"(?:^|[.!?:;]\s+|\n\s*)$")
+# Chat fillers and bare evaluations: frequent in dialogue turns, statistically "salient" to YAKE, useless to a query.
+FILLERS = frozenset(
+    """wow hey hi hello yeah yep yes no oh ok okay cool awesome great good nice thanks thank lol haha omg sure
+    gonna wanna gotta kinda sorta really totally amazing glad happy love lovely fun true right bye congrats
+    absolutely definitely exactly hmm um uh ah aw aww yay whoa sounds sound thing things stuff lot""".split()
+)
 
 
 class KeywordExtractor:
@@ -71,9 +78,19 @@ class KeywordExtractor:
             ranked = self._extractor().extract_keywords(text)
         out: list[str] = []
         kept_tokens: list[set[str]] = []
-        for phrase, _score in ranked:
+        for raw, _score in ranked:
+            words = raw.split()
+            while words and words[0].lower() in FILLERS:
+                words.pop(0)
+            while words and words[-1].lower() in FILLERS:
+                words.pop()
+            phrase = " ".join(words)
             tokens = phrase.lower().split()
-            if any(t in self._stop for t in tokens) or (len(phrase) < 3 and not phrase.isdigit()):
+            if (
+                not tokens
+                or any(t in self._stop for t in tokens)
+                or (len(phrase) < 3 and not phrase.isdigit())
+            ):
                 continue  # "stories were inspiring": phrases spanning stopwords read badly and embed noise
             if any(2 * len(set(tokens) & kept) >= len(tokens) for kept in kept_tokens):
                 continue  # overlaps a better phrase ("support group yesterday" vs "LGBTQ support group")
@@ -84,13 +101,31 @@ class KeywordExtractor:
         return out
 
     def names(self, text: str) -> list[str]:
-        """Capitalised word runs that are not just a capitalised stopword (sentence starts, "I")."""
+        """Capitalised word runs, without capitalised stopwords or fillers ("I", "Wow", "Hey Mel" -> "Mel").
+
+        A single word capitalised only because it starts a sentence ("Painting is fun") is not a name unless
+        it is also capitalised somewhere mid-sentence.
+        """
         self._extractor()
+        mid_sentence = {
+            m.group(0) for m in _NAME_RE.finditer(text) if not _SENTENCE_START.search(text[: m.start()])
+        }
+        mid_words = {w for run in mid_sentence for w in run.split()}
         out: list[str] = []
         for m in _NAME_RE.finditer(text):
-            words = [w for w in m.group(0).split() if w.lower().strip("'’") not in self._stop]
-            if words and not _DATE_RE.fullmatch(" ".join(words)):
-                out.append(" ".join(words))
+            words = [
+                w
+                for w in m.group(0).split()
+                if w.lower().strip("'’") not in self._stop and w.lower() not in FILLERS
+            ]
+            if not words or _DATE_RE.fullmatch(" ".join(words)):
+                continue
+            at_start = (
+                _SENTENCE_START.search(text[: m.start()]) is not None and words[0] == m.group(0).split()[0]
+            )
+            if len(words) == 1 and at_start and words[0] not in mid_words:
+                continue
+            out.append(" ".join(words))
         return out
 
     def __call__(self, text: str, speakers: Iterable[str] = ()) -> tuple[str, ...]:
@@ -99,7 +134,14 @@ class KeywordExtractor:
         candidates += self.phrases(text)
         candidates += self.names(text)
         candidates += [m.group(0) for m in _DATE_RE.finditer(text)]
-        candidates += [m.group(0) for m in _NUMBER_RE.finditer(text)]
+        for m in _NUMBER_RE.finditer(text):
+            words = m.group(0).split()
+            if (
+                len(words) > 1 and words[-1].lower() in self._stop
+            ):  # "one with", "2 of": keep a bare digit only
+                words = words[:1] if any(ch.isdigit() for ch in words[0]) else []
+            if words:
+                candidates.append(" ".join(words))
         speaker_keys = {s.lower() for s in speakers}
         seen: set[str] = set()
         clean_list: list[str] = []
