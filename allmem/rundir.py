@@ -160,7 +160,9 @@ def sha256_file(path: Path) -> str:
 def _git_sha() -> dict[str, Any]:
     here = Path(__file__).resolve().parent
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10
+        )
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no"], cwd=here, capture_output=True, text=True,
             timeout=10,

@@ -164,9 +164,10 @@ def run(cfg: DictConfig) -> Path:
     done = rundir.completed_ids(run_dir)
     n_total = sum(len(d.questions) for d in dialogues)
     bar = tqdm(total=n_total, initial=len(done), desc=f"{cfg.method.name}", unit="q", disable=not progress)
-    with rundir.JsonlWriter(run_dir / rundir.PREDICTIONS) as out, rundir.JsonlWriter(
-        run_dir / rundir.SYSTEM_STATS
-    ) as stats_out:
+    with (
+        rundir.JsonlWriter(run_dir / rundir.PREDICTIONS) as out,
+        rundir.JsonlWriter(run_dir / rundir.SYSTEM_STATS) as stats_out,
+    ):
         for dialogue in dialogues:
             todo = [q for q in dialogue.questions if q.id not in done]
             if not todo:
@@ -174,7 +175,9 @@ def run(cfg: DictConfig) -> Path:
             timing = ingest(system, dialogue, progress)
             stats_out.write({"dialogue_id": dialogue.id, **timing, **system.stats()})
             for question in todo:
-                out.write(answer_question(system, generator, question, int(cfg.budget.tokens), cfg.run.seed, judge))
+                out.write(
+                    answer_question(system, generator, question, int(cfg.budget.tokens), cfg.run.seed, judge)
+                )
                 bar.update(1)
     bar.close()
 

@@ -29,7 +29,12 @@ def _cfg(overrides: list[str]):
 
 
 def _common(tmp: Path, cache: Path) -> list[str]:
-    return [f"run.root={tmp}", f"paths.cache_dir={cache}", f"embedder.cache_dir={cache / 'embeddings'}", "run.progress=false"]
+    return [
+        f"run.root={tmp}",
+        f"paths.cache_dir={cache}",
+        f"embedder.cache_dir={cache / 'embeddings'}",
+        "run.progress=false",
+    ]
 
 
 def _strip_latency(records: list[dict]) -> list[dict]:
@@ -151,6 +156,8 @@ def test_multirun_and_report(tmp_path, cache_dir, fixtures_dir):
     )  # fmt: skip
     done = sorted(p.parent.name.split("-")[0] for p in tmp_path.rglob(rundir.DONE))
     assert done == ["bm25", "full_history"]
-    out = subprocess.run([*ALLMEM, "report", str(tmp_path)], cwd=REPO, check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [*ALLMEM, "report", str(tmp_path)], cwd=REPO, check=True, capture_output=True, text=True
+    )
     assert "| bm25 |" in out.stdout and "| full_history |" in out.stdout
     assert "offline" in out.stdout

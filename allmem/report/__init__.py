@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from allmem.report.atc import atc_sections
 from allmem.report.tables import find_runs, group_table, main_table, split_table
 
 
@@ -18,12 +19,15 @@ def build_report(root: Path) -> str:
         offline = all(r.offline for r in subset)
         label = " (offline backend: extractive answers, no LLM judge)" if offline else ""
         sections.append(f"## {dataset}{label}\n\n{main_table(subset)}")
-        sections.append(f"### F1 per {'category' if dataset == 'locomo' else 'question type'}\n\n{group_table(subset)}")
+        sections.append(
+            f"### F1 per {'category' if dataset == 'locomo' else 'question type'}\n\n{group_table(subset)}"
+        )
         if dataset == "locomo":
             sections.append(
                 "### Fitted vs held-out conversations\n\nAny threshold fitted on LoCoMo was fitted on conv-26, 30, "
                 f"41, 42, 43 only.\n\n{split_table(subset)}"
             )
+        sections += atc_sections(subset)
     return "\n\n".join(sections) + "\n"
 
 

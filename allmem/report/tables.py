@@ -44,8 +44,11 @@ def find_runs(root: Path) -> list[Run]:
         metrics = json.loads((path / rundir.METRICS).read_text())
         runs.append(
             Run(
-                path=path, method=str(cfg.method.name), dataset=str(cfg.dataset.name),
-                protocol=str(cfg.protocol.name), metrics=metrics,
+                path=path,
+                method=str(cfg.method.name),
+                dataset=str(cfg.dataset.name),
+                protocol=str(cfg.protocol.name),
+                metrics=metrics,
             )  # fmt: skip
         )
     return runs
@@ -84,7 +87,8 @@ def group_table(runs: Sequence[Run], metric: str = "f1") -> str:
     groups = sorted({g for run in runs for g in run.metrics.get("groups", {})})
     header = ["Method", *groups]
     rows = [
-        [run.method, *[run.metrics["groups"].get(g, {}).get("scores", {}).get(metric) for g in groups]] for run in runs
+        [run.method, *[run.metrics["groups"].get(g, {}).get("scores", {}).get(metric) for g in groups]]
+        for run in runs
     ]
     return markdown(header, rows)
 
@@ -99,7 +103,10 @@ def split_table(runs: Sequence[Run], keys: Sequence[str] = ("f1", "R@5")) -> str
         records = run.records()
         fit = [r for r in records if r["dialogue_id"] in LOCOMO_FIT]
         held = [r for r in records if r["dialogue_id"] not in LOCOMO_FIT]
-        parts = [score_records(part, run.protocol)["overall"]["scores"] if part else {} for part in (records, fit, held)]
+        parts = [
+            score_records(part, run.protocol)["overall"]["scores"] if part else {}
+            for part in (records, fit, held)
+        ]
         row: list[Any] = [run.method]
         for key in keys:
             row += [p.get(key) for p in parts]
