@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
@@ -29,12 +28,10 @@ _IDENTITY_MEMO: dict[tuple[str, int], str] = {}
 
 
 def _default_cache_root() -> Path:
-    """The project cache folder (``allmem.paths.cache_dir()`` where available)."""
-    try:
-        from allmem.paths import cache_dir
-    except ImportError:  # paths.py not present: same default it documents (env ALLMEM_CACHE, else .cache)
-        return Path(os.environ.get("ALLMEM_CACHE", ".cache"))
-    return Path(cache_dir())
+    """The project cache folder (``allmem.paths.cache_dir()``: env ``ALLMEM_CACHE``, else ``<repo>/.cache``)."""
+    from allmem.paths import cache_dir
+
+    return cache_dir()
 
 
 def packaged_model_path() -> Path:

@@ -38,12 +38,10 @@ _LOCK = threading.Lock()
 
 
 def _default_cache_root() -> Path:
-    """The project cache folder (``allmem.paths.cache_dir()`` where available)."""
-    try:
-        from allmem.paths import cache_dir
-    except ImportError:  # paths.py not present: same default it documents (env ALLMEM_CACHE, else .cache)
-        return Path(os.environ.get("ALLMEM_CACHE", ".cache"))
-    return Path(cache_dir())
+    """The project cache folder (``allmem.paths.cache_dir()``: env ``ALLMEM_CACHE``, else ``<repo>/.cache``)."""
+    from allmem.paths import cache_dir
+
+    return cache_dir()
 
 
 def _bundled_bpe(name: str) -> bytes:
