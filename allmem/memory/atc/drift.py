@@ -19,8 +19,10 @@ and on LoCoMo conv-26/30/41/42/43 only. Vetoes and their caps:
   the visible surface. A phatic unit never merges with a factual one.
 - Update: different speakers -> 0.5; the newer unit adds rather than replaces ("also", "another") -> 0.5; a
   change needs evidence: a strong cue ("no longer", "switched", "moved to", ...) or a negation flip (0.97),
-  a substituted value between two one-sentence state-like statements (0.9; "lives", "works", "favourite"),
-  else 0.6 (two events with different values are two facts, not a supersession).
+  a substituted value between two one-sentence state-like statements ("lives", "works", "favourite") with a
+  weak cue ("now", 0.95) or, without any cue, in one contiguous stretch of words (0.9), else 0.6 (two events
+  with different values are two facts, not a supersession; paraphrases differ in several places). Without a
+  strong cue, two statements naming the same values (names, numbers) are a rewording, never an Update.
 - Split: a segment with fewer than ``split_min_content`` content words is attached to its neighbour, never
   split off; p falls as the most similar pair of segments gets closer (max centroid cosine between segments).
 """
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from difflib import SequenceMatcher
 
 import numpy as np
 
@@ -74,6 +77,7 @@ class Calibration:
     merge_phatic: bool = True
     update_sim: tuple[float, float] = (0.45, 0.65)
     update_containment: tuple[float, float] = (0.34, 0.5)
+    update_containment_cued: tuple[float, float] = (0.2, 0.33)  # with a strong change cue
     update_max_swap: int = 3  # at most this many replaced content words per side for a "substitution"
     split_sep: tuple[float, float] = (0.35, 0.15)  # max between-segment cosine: lower is more separable
     split_join: float = 0.35  # adjacent segments at least this similar are one topic
@@ -164,6 +168,29 @@ def merge_confidence(a: UnitView, b: UnitView, cal: Calibration) -> tuple[float,
     return p, reason
 
 
+_ADJUNCT_START = frozenset(
+    "with without every each at on in to for from after before during since until by near about around".split()
+)
+
+
+def _one_span(a: UnitView, b: UnitView) -> bool:
+    """The two statements differ in one short stretch of words: the value slot of one sentence frame.
+
+    Without any change cue, "My sister works as an architect" vs "My sister is an architect at the hospital"
+    (two differences, same value) is no substitution, nor is "I play squash every weekend" vs "I play squash
+    with my friends" (the replaced stretches are adjuncts: they start with a preposition or "every" and can
+    both be true); "My favorite food is sushi" vs "... pizza" is.
+    """
+    wa = [w.lower() for w in tx.words(tx.strip_cues(a.text))]
+    wb = [w.lower() for w in tx.words(tx.strip_cues(b.text))]
+    ops = [op for op in SequenceMatcher(None, wa, wb, autojunk=False).get_opcodes() if op[0] != "equal"]
+    if len(ops) != 1 or ops[0][0] != "replace":
+        return False
+    _, i1, i2, j1, j2 = ops[0]
+    spans = (wa[i1:i2], wb[j1:j2])
+    return all(0 < len(sp) <= 3 and sp[0] not in _ADJUNCT_START for sp in spans)
+
+
 def update_confidence(cur: UnitView, old: UnitView, cal: Calibration) -> tuple[float, str]:
     """Confidence that ``cur`` (newer) supersedes ``old`` about the same subject."""
     if cur.order <= old.order:
@@ -174,20 +201,28 @@ def update_confidence(cur: UnitView, old: UnitView, cal: Calibration) -> tuple[f
     sim = _cos(cur.z, old.z)
     small = min(len(lc.core), len(lo.core))
     cont = len(lc.core & lo.core) / small if small else 0.0
-    subject = min(ramp(sim, cal.update_sim), ramp(cont, cal.update_containment))
+    cues = [c for c in lc.strong if c not in lo.strong]  # a cue both share announces no change between them
+    # A strong cue in the newer unit is itself evidence of a subject in common: less overlap is needed.
+    cont_anchors = cal.update_containment_cued if cues else cal.update_containment
+    subject = min(ramp(sim, cal.update_sim), ramp(cont, cont_anchors))
     new_only, old_only = lc.core - lo.core, lo.core - lc.core
     vals_new, vals_old = lc.values - lo.values, lo.values - lc.values
     swapped = bool(new_only and old_only) and max(len(new_only), len(old_only)) <= cal.update_max_swap
     value_swap = bool(vals_new and vals_old)
-    cues = [c for c in lc.strong if c not in lo.strong]  # a cue both share announces no change between them
     if not (new_only or old_only or lc.negated != lo.negated):
         change, why = 0.0, "same content"
     elif cues and (new_only or lc.negated != lo.negated):
         change, why = 0.97, f"cue {cues[0]!r}"
     elif lc.negated != lo.negated and cont >= cal.update_containment[1]:
         change, why = 0.97, "negation flip"
-    elif (swapped or value_swap) and lc.state and lo.state and lc.single and lo.single:
-        change, why = (0.95 if lc.weak else 0.9), "substituted value in a state"
+    elif lc.values and lc.values == lo.values:
+        change, why = 0.0, f"same named value {sorted(lc.values & lo.values)}: a rewording"
+    elif (swapped or value_swap) and lc.state and lo.state and lc.single and lo.single and lc.weak:
+        change, why = 0.95, f"substituted value in a state, cue {lc.weak[0]!r}"
+    elif (
+        (swapped or value_swap) and lc.state and lo.state and lc.single and lo.single and _one_span(cur, old)
+    ):
+        change, why = 0.9, "substituted value in a state"
     elif swapped or value_swap:
         change, why = 0.6, "substituted value in an event"
     else:

@@ -75,7 +75,7 @@ STATES: dict[str, tuple[list[str], list[str], list[str]]] = {
     ),
     "sport": (
         ["tennis", "basketball", "volleyball", "soccer", "badminton", "golf", "squash"],
-        ["I play {v} every weekend.", "I play {v} with friends twice a week.", "My weekly sport is {v}."],
+        ["I play {v} every weekend.", "I play {v} with my friends.", "My weekly sport is {v}."],
         [
             "I stopped playing {o}; I play {v} now.",
             "I play {v} every weekend now instead of {o}.",
@@ -155,9 +155,20 @@ class DriftCorpus:
     dialogues: list[Dialogue]
     keys: dict[str, dict[str, frozenset[Key]]]  # dialogue id -> turn id -> fact keys
     planted: dict[str, dict[str, list[tuple[str, ...]]]] = field(default_factory=dict)  # dlg -> op -> targets
-    segments: dict[str, dict[str, list[str]]] = field(
-        default_factory=dict
-    )  # dlg -> turn id -> planted segments
+    segments: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # dlg -> turn -> planted segments
+    segment_keys: dict[str, dict[str, list[Key]]] = field(default_factory=dict)  # aligned with ``segments``
+
+    def unit_keys(self, dialogue: str, records: list[tuple[str, str]]) -> frozenset[Key]:
+        """Fact keys of a unit from its evidence records ``(source id, text)``: a split sibling holds only the
+        facts of its own segment, every other record all the facts of its turn."""
+        out: set[Key] = set()
+        for sid, text in records:
+            segs = self.segments.get(dialogue, {}).get(sid, [])
+            if text in segs:
+                out.add(self.segment_keys[dialogue][sid][segs.index(text)])
+            else:
+                out |= self.keys[dialogue][sid]
+        return frozenset(out)
 
 
 def _fill(t: str, v: str, o: str = "", h: str = "", d: str = "") -> str:
@@ -167,7 +178,7 @@ def _fill(t: str, v: str, o: str = "", h: str = "", d: str = "") -> str:
         "{h}", h).replace("{d}", d)  # fmt: skip
 
 
-def _dialogue(rng: random.Random, did: str, n_sessions: int) -> tuple[Dialogue, dict, dict, dict]:
+def _dialogue(rng: random.Random, did: str, n_sessions: int) -> tuple[Dialogue, dict, dict, dict, dict]:
     speakers = rng.sample(["Ana", "Ben", "Chloe", "Dev", "Emma", "Farid"], 2)
     state: dict[tuple[str, str], str] = {}  # (speaker, attribute) -> current value
     plan: list[list[tuple[str, str, frozenset[Key], str]]] = [
@@ -175,8 +186,16 @@ def _dialogue(rng: random.Random, did: str, n_sessions: int) -> tuple[Dialogue, 
     ]  # (speaker, text, keys, kind)
     planted: dict[str, list[tuple[str, ...]]] = {"merge": [], "update": [], "split": []}
     segs: dict[str, list[str]] = {}
-    said: list[tuple[int, str, str, frozenset[Key]]] = []  # (session, speaker, text, keys): restatable facts
-    conflated: dict[str, list[str]] = {}  # text -> its planted segments
+    seg_keys: dict[str, list[Key]] = {}
+    said: list[
+        tuple[int, str, str, frozenset[Key], list[str]]
+    ] = []  # (session, speaker, text, keys, rewordings)
+    conflated: dict[str, list[tuple[str, Key]]] = {}  # text -> its planted segments and their facts
+    relatives: dict[tuple[str, str, str], str] = {}  # (speaker, relative, attribute) -> its one value
+
+    def relative_value(spk: str, h: str, attr: str) -> str:
+        """A relative's state never changes in this corpus: supersessions are planted for the speaker only."""
+        return relatives.setdefault((spk, h, attr), rng.choice(STATES[attr][0]))
 
     def say(s: int, spk: str, text: str, keys: frozenset[Key], kind: str) -> None:
         plan[s].append((spk, text, keys, kind))
@@ -192,7 +211,7 @@ def _dialogue(rng: random.Random, did: str, n_sessions: int) -> tuple[Dialogue, 
             text = _fill(rng.choice(stmts), v0)
             say(s0, spk, text, keys, "state")
             if attr not in attrs[:2]:  # restating a value that is later superseded would plant a conflict
-                said.append((s0, spk, text, keys))
+                said.append((s0, spk, text, keys, [_fill(t, v0) for t in stmts]))
             if attr in attrs[:2]:  # planted supersession in a later session
                 v1 = rng.choice([x for x in vals if x != v0])
                 s1 = rng.randrange(s0 + 1, n_sessions)
@@ -200,7 +219,8 @@ def _dialogue(rng: random.Random, did: str, n_sessions: int) -> tuple[Dialogue, 
                     s1, spk, _fill(rng.choice(sups), v1, o=v0), frozenset({(spk, "self", attr, v1)}), "update"
                 )
         for attr, tpls in RELATIVE.items():  # look-alikes: a relative's state in the same shape
-            v, h = rng.choice(STATES[attr][0]), rng.choice(HOLDERS)
+            h = rng.choice(HOLDERS)
+            v = relative_value(spk, h, attr)
             say(rng.randrange(n_sessions), spk, _fill(rng.choice(tpls), v, h=h),
                 frozenset({(spk, "relative:" + h, attr, v)}), "relative")  # fmt: skip
         for places, days, tpl in rng.sample(EVENTS, 2):  # look-alikes: repeated events with other values
@@ -212,7 +232,8 @@ def _dialogue(rng: random.Random, did: str, n_sessions: int) -> tuple[Dialogue, 
         n0, n1 = rng.sample(names, 2)
         sp = rng.randrange(0, n_sessions - 1)
         say(sp, spk, f"I have a {k0} named {n0}.", frozenset({(spk, "self", "pet", k0)}), "state")
-        said.append((sp, spk, f"I have a {k0} named {n0}.", frozenset({(spk, "self", "pet", k0)})))
+        said.append((sp, spk, f"I have a {k0} named {n0}.", frozenset({(spk, "self", "pet", k0)}),
+                     [f"I have a {k0} named {n0}.", f"{n0} is my {k0}.", f"My {k0} is called {n0}."]))  # fmt: skip
         say(rng.randrange(sp + 1, n_sessions), spk, f"I also have a {k1} named {n1}.",
             frozenset({(spk, "self", "pet2", k1)}), "complement")  # fmt: skip
         tpl = rng.choice(COHERENT)
@@ -220,8 +241,10 @@ def _dialogue(rng: random.Random, did: str, n_sessions: int) -> tuple[Dialogue, 
         say(rng.randrange(n_sessions), spk, tpl.replace("{k}", k).replace("{n}", n).replace("{N2}", n),
             frozenset({(spk, "self", "story", tpl[:20])}), "coherent")  # fmt: skip
     # Restatements of earlier facts (planted merges) and conflations (planted splits).
-    for s_prev, spk, text, keys in rng.sample(said, min(6, len(said))):
+    for s_prev, spk, text, keys, rewordings in rng.sample(said, min(6, len(said))):
         if s_prev + 1 < n_sessions:
+            if rng.random() < 0.5:  # a paraphrase: the same fact in another of its templates
+                text = rng.choice(rewordings)
             lead = rng.choice(["", "Like I said before, ", "Just so you know, ", "As I mentioned, "])
             body = text if text.startswith(("I ", "I'")) else text[:1].lower() + text[1:]
             say(rng.randrange(s_prev + 1, n_sessions), spk, lead + body if lead else text, keys, "restate")
@@ -231,11 +254,12 @@ def _dialogue(rng: random.Random, did: str, n_sessions: int) -> tuple[Dialogue, 
             v, d = rng.choice(pl), rng.choice(dl)
             a = _fill(tpl, v, d=d)
             b_attr = rng.choice(["city", "job", "car"])
-            bv, h = rng.choice(STATES[b_attr][0]), rng.choice(HOLDERS)
+            h = rng.choice(HOLDERS)
+            bv = relative_value(spk, h, b_attr)
             b = _fill(rng.choice(RELATIVE[b_attr]), bv, h=h)
-            say(rng.randrange(n_sessions), spk, f"{a} {b}",
-                frozenset({(spk, "event", tpl, v + d), (spk, "relative:" + h, b_attr, bv)}), "conflation")  # fmt: skip
-            conflated[f"{a} {b}"] = [a, b]
+            ka, kb = (spk, "event", tpl, v + d), (spk, "relative:" + h, b_attr, bv)
+            say(rng.randrange(n_sessions), spk, f"{a} {b}", frozenset({ka, kb}), "conflation")
+            conflated[f"{a} {b}"] = [(a, ka), (b, kb)]
     sessions: list[Session] = []
     keys_by_turn: dict[str, frozenset[Key]] = {}
     start = datetime(2023, 1, 2, 10, 0) + timedelta(days=rng.randrange(300))
@@ -262,7 +286,8 @@ def _dialogue(rng: random.Random, did: str, n_sessions: int) -> tuple[Dialogue, 
             turns.append(Turn(tid, f"S{s + 1}", spk, text, date + timedelta(minutes=i), order, source_id=tid))
             order += 1
             if kind == "conflation":
-                segs[tid] = conflated[text]
+                segs[tid] = [x for x, _ in conflated[text]]
+                seg_keys[tid] = [k for _, k in conflated[text]]
                 planted["split"].append((tid,))
             elif kind == "restate":  # pair with the first turn that stated the same facts
                 planted["merge"].append((next(t for t, k in keys_by_turn.items() if k == keys), tid))
@@ -278,7 +303,7 @@ def _dialogue(rng: random.Random, did: str, n_sessions: int) -> tuple[Dialogue, 
             keys_by_turn[tid] = keys
         sessions.append(Session(f"S{s + 1}", date, s, tuple(turns)))
     dlg = Dialogue(did, tuple(sessions), (), tuple(speakers), source="synthetic")
-    return dlg, keys_by_turn, planted, segs
+    return dlg, keys_by_turn, planted, segs, seg_keys
 
 
 def make_corpus(seed: int, n_dialogues: int = 4, n_sessions: int = 6) -> DriftCorpus:
@@ -286,11 +311,12 @@ def make_corpus(seed: int, n_dialogues: int = 4, n_sessions: int = 6) -> DriftCo
     rng = random.Random(seed)
     corpus = DriftCorpus([], {})
     for i in range(n_dialogues):
-        dlg, keys, planted, segs = _dialogue(rng, f"syn-{seed}-{i}", n_sessions)
+        dlg, keys, planted, segs, seg_keys = _dialogue(rng, f"syn-{seed}-{i}", n_sessions)
         corpus.dialogues.append(dlg)
         corpus.keys[dlg.id] = keys
         corpus.planted[dlg.id] = planted
         corpus.segments[dlg.id] = segs
+        corpus.segment_keys[dlg.id] = seg_keys
     return corpus
 
 

@@ -56,6 +56,8 @@ STRONG_CUES = (
     "not any longer",
     "replaced",
     "gave up",
+    "sold",
+    "no more",
 )
 WEAK_CUES = ("now", "recently", "new", "actually", "currently", "since", "lately")
 NUMBER_WORDS = frozenset(
@@ -171,13 +173,21 @@ RELATIONS = frozenset(
 )
 
 
+_PREPOSITIONS = frozenset("with to for at from about of by near visiting visited and".split())
+
+
 def holders(text: str) -> frozenset[str]:
-    """Who the statement is about: relation nouns after a possessive ("my sister"), else the speaker ("self")."""
+    """Who the statement is about: relation nouns after a possessive ("my sister lives"), else the speaker.
+
+    A relation inside a prepositional phrase ("I play with my friends") does not make it the subject.
+    """
     toks = [w.lower() for w in words(text)]
     out = {
         toks[i + 1]
         for i in range(len(toks) - 1)
-        if toks[i] in ("my", "our", "his", "her") and toks[i + 1] in RELATIONS
+        if toks[i] in ("my", "our", "his", "her")
+        and toks[i + 1] in RELATIONS
+        and (i == 0 or toks[i - 1] not in _PREPOSITIONS)
     }
     return frozenset(out) if out else frozenset({"self"})
 
