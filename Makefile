@@ -11,6 +11,8 @@ export TOKENIZERS_PARALLELISM := false
 
 # Methods run by `make reproduce` on the full LoCoMo (offline backend).
 METHODS ?= full_history,naive_rag,bm25,allmem_noatc,allmem
+# All-Mem (no consolidation) with the other Stage 1 scorers, next to BM25 and Naive RAG.
+STAGE1 ?= stage1_bm25,stage1_hybrid
 REPRO_DIR ?= results/runs/reproduce
 
 .PHONY: help setup test reproduce lint format table clean bench
@@ -30,8 +32,9 @@ setup: $(STAMP) ## Create .venv and install torch (CPU) then allmem; idempotent
 test: $(STAMP) ## Run the test suite (offline)
 	$(PY) -m pytest tests
 
-reproduce: $(STAMP) ## Run every method on the full LoCoMo (offline backend) and print the results table
-	$(VENV)/bin/allmem run -m dataset=locomo method=$(METHODS) hydra/launcher=basic run.root=$(REPRO_DIR)
+reproduce: $(STAMP) ## Run every method on the full LoCoMo (offline backend) and print the results tables
+	$(VENV)/bin/allmem run -m dataset=locomo method=$(METHODS) run.root=$(REPRO_DIR)
+	$(VENV)/bin/allmem run -m dataset=locomo +experiment=$(STAGE1) run.root=$(REPRO_DIR)
 	$(VENV)/bin/allmem report $(REPRO_DIR) --out results/tables/locomo_offline.md
 
 bench: $(STAMP) ## Retrieval latency benchmark (numpy vs faiss, visible vs full surface)
