@@ -184,7 +184,7 @@ class Consolidator:
                 totals.append(out.usage)
                 self.log.write(base | {
                     "kind": "target", "op": op, "ids": list(target.ids), "source_ids": sources, "p": target.p,
-                    "origin": target.origin, "state": out.state, "reason": out.reason, "new_ids": list(out.new_ids),
+                    "origin": target.origin, "why": target.reason, "state": out.state, "reason": out.reason, "new_ids": list(out.new_ids),
                     "latency_ms": round(1000 * (time.perf_counter() - ts), 3), **self._sum([out.usage]),
                 })  # fmt: skip
         self.log.write(base | {

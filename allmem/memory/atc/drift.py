@@ -18,7 +18,8 @@ and on LoCoMo conv-26/30/41/42/43 only. Vetoes and their caps:
   embedding similarity alone when ``merge_phatic`` is on (default): they are true redundancy and only crowd
   the visible surface. A phatic unit never merges with a factual one.
 - Update: different speakers -> 0.5; the newer unit adds rather than replaces ("also", "another") -> 0.5; a
-  change needs evidence: a strong cue ("no longer", "switched", "moved to", ...) or a negation flip (0.97),
+  change needs evidence: a strong cue ("no longer", "switched", "moved to", ...) or a negation flip (two single
+  statements that differ only where one negates; idioms such as "can't wait" are no negation) (0.97),
   a substituted value between two one-sentence state-like statements ("lives", "works", "favourite") with a
   weak cue ("now", 0.95) or, without any cue, in one contiguous stretch of words (0.9), else 0.6 (two events
   with different values are two facts, not a supersession; paraphrases differ in several places). Without a
@@ -38,6 +39,11 @@ import numpy as np
 from allmem.memory.atc import text as tx
 
 Embed = Callable[[list[str]], np.ndarray]
+# Words that open a sentence continuing the previous one (it refers back or connects).
+CONTINUATIONS = frozenset(
+    """it it's its this that that's these those they they're them their there there's he she his her him so and
+    but plus also which then makes made started because though although yet or anyway besides still""".split()
+)
 MIN_REPORTED = 0.3  # proposals below this are never useful at any sensible theta: not reported
 
 
@@ -191,6 +197,16 @@ def _one_span(a: UnitView, b: UnitView) -> bool:
     return all(0 < len(sp) <= 3 and sp[0] not in _ADJUNCT_START for sp in spans)
 
 
+def _negation_only(a: UnitView, b: UnitView) -> bool:
+    """The statements differ only where one of them negates: "I eat meat" vs "I don't eat meat (anymore)"."""
+    wa = [w.lower() for w in tx.words(tx.strip_cues(a.text))]
+    wb = [w.lower() for w in tx.words(tx.strip_cues(b.text))]
+    ops = [op for op in SequenceMatcher(None, wa, wb, autojunk=False).get_opcodes() if op[0] != "equal"]
+    return 0 < len(ops) <= 2 and all(
+        any(tx.is_negation(w) for w in wa[i1:i2] + wb[j1:j2]) for _, i1, i2, j1, j2 in ops
+    )
+
+
 def update_confidence(cur: UnitView, old: UnitView, cal: Calibration) -> tuple[float, str]:
     """Confidence that ``cur`` (newer) supersedes ``old`` about the same subject."""
     if cur.order <= old.order:
@@ -203,7 +219,8 @@ def update_confidence(cur: UnitView, old: UnitView, cal: Calibration) -> tuple[f
     cont = len(lc.core & lo.core) / small if small else 0.0
     cues = [c for c in lc.strong if c not in lo.strong]  # a cue both share announces no change between them
     # A strong cue in the newer unit is itself evidence of a subject in common: less overlap is needed.
-    cont_anchors = cal.update_containment_cued if cues else cal.update_containment
+    # (Only between two single statements: in long utterances a few shared words say little.)
+    cont_anchors = cal.update_containment_cued if cues and lc.single and lo.single else cal.update_containment
     subject = min(ramp(sim, cal.update_sim), ramp(cont, cont_anchors))
     new_only, old_only = lc.core - lo.core, lo.core - lc.core
     vals_new, vals_old = lc.values - lo.values, lo.values - lc.values
@@ -213,7 +230,7 @@ def update_confidence(cur: UnitView, old: UnitView, cal: Calibration) -> tuple[f
         change, why = 0.0, "same content"
     elif cues and (new_only or lc.negated != lo.negated):
         change, why = 0.97, f"cue {cues[0]!r}"
-    elif lc.negated != lo.negated and cont >= cal.update_containment[1]:
+    elif lc.negated != lo.negated and lc.single and lo.single and _negation_only(cur, old):
         change, why = 0.97, "negation flip"
     elif lc.values and lc.values == lo.values:
         change, why = 0.0, f"same named value {sorted(lc.values & lo.values)}: a rewording"
@@ -241,14 +258,14 @@ def update_confidence(cur: UnitView, old: UnitView, cal: Calibration) -> tuple[f
 def segment(text: str, embed: Embed, cal: Calibration) -> tuple[list[str], float]:
     """Contiguous topic segments of ``text`` (verbatim sentence groups) and the max between-segment cosine.
 
-    Short or phatic sentences join their neighbour first; then adjacent groups whose centroids are at least
-    ``split_join`` similar are joined, most similar pair first, until no pair qualifies.
+    Sentences that cannot stand alone join a neighbour first (questions, anaphoric or connective openings,
+    thin greetings); then adjacent groups whose centroids are at least ``split_join`` similar are joined, most
+    similar pair first, until no pair qualifies.
     """
     sents = tx.sentences(text)
     if len(sents) < 2:
         return [text.strip()], 1.0
     vecs = np.asarray(embed(sents), dtype=np.float64)
-    groups: list[list[int]] = [[i] for i in range(len(sents))]
 
     def content(g: list[int]) -> int:
         return len(tx.content_stems(" ".join(sents[i] for i in g), cal.names))
@@ -256,16 +273,19 @@ def segment(text: str, embed: Embed, cal: Calibration) -> tuple[list[str], float
     def centroid(g: list[int]) -> np.ndarray:
         return vecs[g].mean(axis=0)
 
-    # Attach thin groups (greetings, "Wow!", one-word asides) to the following group, or the previous at the end.
-    i = 0
-    while i < len(groups) and len(groups) > 1:
-        if content(groups[i]) < cal.split_min_content:
-            j = i + 1 if i + 1 < len(groups) else i - 1
-            lo, hi = min(i, j), max(i, j)
-            groups[lo : hi + 1] = [groups[lo] + groups[hi]]
-            i = max(0, lo - 1) if j < i else lo
-            continue
-        i += 1
+    # Sentences that cannot stand alone join a neighbour before any similarity is measured: a question or a
+    # sentence opening with an anaphor or connective ("It was...", "Plus...", "Makes me...") continues the one
+    # before; a thin group (a greeting, "Wow!") joins the one after it, or the one before at the end.
+    groups = [[0]]
+    for i in range(1, len(sents)):
+        first = tx.words(sents[i])[:1]
+        leans_back = tx.is_question(sents[i]) or (bool(first) and first[0].lower() in CONTINUATIONS)
+        if leans_back or content(groups[-1]) < cal.split_min_content:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    if len(groups) > 1 and content(groups[-1]) < cal.split_min_content:
+        groups[-2:] = [groups[-2] + groups[-1]]
     while len(groups) > 1:
         sims = [_cos(centroid(groups[k]), centroid(groups[k + 1])) for k in range(len(groups) - 1)]
         k = int(np.argmax(sims))

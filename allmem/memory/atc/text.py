@@ -35,6 +35,13 @@ PHATIC = frozenset(
     chat catch definitely absolutely totally agree true right amazing wonderful fantastic love appreciate cheers
     congrats congratulations happy fun exciting excited oh ah hmm mm enjoy sounds sound""".split()
 )
+# Conversational formulae that only make an utterance social in combination ("Long time no talk!", "Keep me
+# posted", "Can't wait to hear about it"): allowed in phatic utterances, but still content words elsewhere.
+FORMULAE = frozenset(
+    """long time talk talked talking since miss missed lately anything new spill beans wait keep posted stay safe
+    hear heard fun day catching caught touch soon meantime guys ya yall y'all chatting hope hoping doing
+    going feel feeling""".split()
+)
 NEGATIONS = frozenset("not no never n't none nobody nothing neither nor without anymore".split())
 # Phrases that announce a changed state. Strong cues rarely occur without a change; weak ones often do.
 STRONG_CUES = (
@@ -126,9 +133,26 @@ def value_tokens(text: str, ignore: frozenset[str] = frozenset()) -> frozenset[s
     return frozenset(out)
 
 
+# Negated set phrases that deny nothing about a fact ("can't wait", "no worries"): not negations here.
+NEG_IDIOMS = (
+    "can't wait", "cannot wait", "can't beat", "can't believe", "can't agree more", "couldn't agree",
+    "can't thank", "couldn't be happier", "can't get enough", "no problem", "no worries", "not bad", "not sure",
+    "no way", "no talk", "not-so", "not so", "don't worry", "never mind", "no doubt", "not only", "no matter",
+    "nothing like", "can't stop", "never forget", "won't forget", "don't forget", "not just",
+)  # fmt: skip
+
+
+def is_negation(word: str) -> bool:
+    w = word.lower()
+    return w in NEGATIONS or w.endswith("n't")
+
+
 def has_negation(text: str) -> bool:
-    low = text.lower()
-    return any(w.lower() in NEGATIONS or w.lower().endswith("n't") for w in words(low)) or "no longer" in low
+    """A negation that bears on the statement (idioms such as "can't wait" excluded)."""
+    low = text.lower().replace("’", "'")
+    for idiom in NEG_IDIOMS:
+        low = low.replace(idiom, " ")
+    return any(is_negation(w) for w in words(low)) or "no longer" in low
 
 
 def _phrase_re(phrase: str) -> re.Pattern[str]:
@@ -149,10 +173,26 @@ def _has_phrase(text: str, phrase: str) -> bool:
     return rx.search(text.lower()) is not None
 
 
+def _asserted(text: str, phrase: str) -> bool:
+    """The cue occurs outside a question and not under a negation ("I won't quit", "don't quit")."""
+    for sent in sentences(text):
+        if is_question(sent):
+            continue
+        low = sent.lower().replace("’", "'")
+        for m in _PHRASES[phrase].finditer(low):
+            before = words(low[: m.start()])[-3:]
+            if phrase in _NEGATIVE_CUES or not any(is_negation(w) for w in before):
+                return True
+    return False
+
+
+_NEGATIVE_CUES = frozenset({"anymore", "any more", "no longer", "not anymore", "not any longer", "no more"})
+
+
 def change_cues(text: str) -> tuple[list[str], list[str]]:
-    """(strong, weak) change cues present in ``text``."""
-    strong = [c for c in STRONG_CUES if _has_phrase(text, c)]
-    weak = [c for c in WEAK_CUES if _has_phrase(text, c)]
+    """(strong, weak) change cues asserted in ``text`` (see :func:`_asserted`)."""
+    strong = [c for c in STRONG_CUES if _has_phrase(text, c) and _asserted(text, c)]
+    weak = [c for c in WEAK_CUES if _has_phrase(text, c) and _asserted(text, c)]
     return strong, weak
 
 
@@ -204,9 +244,16 @@ def is_state_like(text: str) -> bool:
 def is_phatic(text: str, ignore: frozenset[str] = frozenset()) -> bool:
     """A social utterance with no fact in it: no content words once phatic words and known names are removed."""
     toks = words(text)
-    if not toks or len(toks) > 12:
+    if not toks or len(toks) > 16:
         return False
-    return all(t.lower() in STOPWORDS or t.lower() in PHATIC or _is_name(t, ignore) for t in toks)
+    return all(
+        t.lower() in STOPWORDS
+        or t.lower() in PHATIC
+        or t.lower() in FORMULAE
+        or is_negation(t)
+        or _is_name(t, ignore)
+        for t in toks
+    )
 
 
 def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
