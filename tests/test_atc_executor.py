@@ -148,6 +148,23 @@ def test_split_executes_with_siblings(tmp_path) -> None:
     bank.check_invariants()
 
 
+def test_split_segments_copied_with_the_line_prefix_are_grounded(tmp_path) -> None:
+    bank = make_bank()
+    segs = [
+        "[2023-05-08T13:00:00] Ann: I went hiking at Zion on Saturday.",
+        "Ann: My sister works as a nurse.",
+    ]
+    events, _ = run_atc(
+        bank,
+        [{"op": "split", "target": ["u000000"], "p": 0.97}],
+        {"plan_split": [{"segments": segs}]},
+        tmp_path,
+    )
+    assert events[0]["state"] == "executed"
+    texts = [bank.get(n).evidence[0].text for n in events[0]["new_ids"]]
+    assert texts == ["I went hiking at Zion on Saturday.", "My sister works as a nurse."]
+
+
 def test_update_executes_and_refreshes_the_descriptor(tmp_path) -> None:
     bank = make_bank()
     plan = {"summary": "Ann moved to Denver and no longer lives in Boston.", "keywords": ["Denver"]}

@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
+from functools import lru_cache
 
 import numpy as np
 
@@ -126,7 +127,9 @@ class _Lex:
 _COMPLEMENT = ("also", "another", "as well", "too", "second", "in addition", "besides")
 
 
+@lru_cache(maxsize=32768)
 def _lex(text: str, names: frozenset[str]) -> _Lex:
+    """Lexical features of one text (cached: each unit meets every neighbour in several local contexts)."""
     strong, weak = tx.change_cues(text)
     low = f" {text.lower()} "
     return _Lex(

@@ -56,6 +56,20 @@ def _clean_keywords(raw: Any) -> tuple[str, ...] | None:
     return tuple(out)
 
 
+def _unrender(segment: str, record: EvidenceRecord) -> str:
+    """A segment copied with the prompt's line prefix ("[date] Speaker: ") is the text after that prefix.
+
+    The prompt shows evidence as rendered lines, so a model may copy the prefix; only the prefix is dropped,
+    the rest must still be a verbatim span of the record's text.
+    """
+    out = segment
+    if out.startswith("[") and "] " in out:
+        out = out.split("] ", 1)[1]
+    if record.speaker and out.startswith(f"{record.speaker}: "):
+        out = out[len(record.speaker) + 2 :]
+    return out
+
+
 def support(summary: str, sources: Sequence[Unit]) -> float:
     """Share of the summary's content words found in the sources (evidence, speakers, descriptors)."""
     words = tx.content_stems(summary)
@@ -163,10 +177,13 @@ class Executor:
         records: list[EvidenceRecord] = []
         captioned: set[int] = set()
         for s in segs:
-            home = next((i for i, r in enumerate(src.evidence) if tx.is_grounded(s, r.text)), None)
+            home = next(
+                (i for i, r in enumerate(src.evidence) if tx.is_grounded(_unrender(s, r), r.text)), None
+            )
             if home is None:
                 return Outcome(SKIPPED, f"ungrounded segment: {s[:80]!r}")
             r = src.evidence[home]
+            s = _unrender(s, r)
             caption = r.caption if home not in captioned else None  # the image goes with the first segment
             captioned.add(home)
             records.append(EvidenceRecord(r.speaker, s, caption, r.date, r.source_ids))
