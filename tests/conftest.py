@@ -29,7 +29,10 @@ def fixtures_dir() -> Path:
 @pytest.fixture(scope="session")
 def locomo_path() -> Path:
     """The real LoCoMo file (shared/, beside the checkout). Tests needing it skip nowhere: CI has it."""
-    for cand in (REPO / "data" / "locomo" / "locomo10.json", REPO.parent / "shared" / "data" / "locomo" / "locomo10.json"):
+    for cand in (
+        REPO / "data" / "locomo" / "locomo10.json",
+        REPO.parent / "shared" / "data" / "locomo" / "locomo10.json",
+    ):
         if cand.exists():
             return cand
     raise FileNotFoundError("LoCoMo not found under data/locomo/ or ../shared/data/locomo/")

@@ -166,7 +166,9 @@ def test_multirun_and_report(tmp_path, cache_dir, fixtures_dir):
 def test_longmemeval_tiny_with_allmem(tmp_path, cache_dir, fixtures_dir):
     """One memory per question, session-level evidence; All-Mem with consolidation on runs through."""
     tiny = fixtures_dir / "longmemeval_s_tiny.json"
-    cfg = _cfg(["dataset=longmemeval_s", f"dataset.path={tiny}", "method=allmem", *_common(tmp_path, cache_dir)])
+    cfg = _cfg(
+        ["dataset=longmemeval_s", f"dataset.path={tiny}", "method=allmem", *_common(tmp_path, cache_dir)]
+    )
     run_dir = run(cfg)
     records = rundir.read_jsonl(run_dir / rundir.PREDICTIONS)
     raw = json.loads(tiny.read_text())
@@ -174,7 +176,9 @@ def test_longmemeval_tiny_with_allmem(tmp_path, cache_dir, fixtures_dir):
     for r, q in zip(records, raw, strict=True):
         assert r["dialogue_id"] == q["question_id"]  # its own haystack
         assert r["question_type"] == q["question_type"]
-        assert set(r["ranked_source_ids"]) <= set(q["haystack_session_ids"])  # sessions are the retrieval unit
+        assert set(r["ranked_source_ids"]) <= set(
+            q["haystack_session_ids"]
+        )  # sessions are the retrieval unit
         assert {"embed", "stage1", "stage2", "stage3"} <= set(r["latency_ms"])
     metrics = json.loads((run_dir / rundir.METRICS).read_text())
     assert set(metrics["groups"]) == {q["question_type"] for q in raw}
