@@ -31,17 +31,12 @@ from typing import Any
 
 import numpy as np
 
+from allmem.text import NEGATED_AUXILIARIES, STOP_WORDS
+
 MAX_WORDS = 8
 TOP_SENTENCES = 5
-STOP = frozenset(
-    """a about above after again against all am an and any are as at be because been before being below
-    between both but by can could did do does doing don down during each few for from further had has have
-    having he her here hers herself him himself his how i if in into is it its itself just me more most my
-    myself no nor not now of off on once only or other our ours ourselves out over own s same she should so
-    some such t than that the their theirs them themselves then there these they this those through to too
-    under until up very was we were what when where which while who whom why will with would you your yours
-    yourself yourselves ll re ve d m o y let us also really yeah oh wow hey gonna got get""".split()
-)
+# The shared stop words, keeping negated auxiliaries (they change an answer) and dropping chat fillers.
+STOP = (STOP_WORDS - NEGATED_AUXILIARIES) | frozenset("yeah oh wow hey gonna got get really".split())
 NUMBER_WORDS = frozenset(
     "one two three four five six seven eight nine ten eleven twelve twenty thirty hundred first second third"
     " once twice several".split()

@@ -9,7 +9,6 @@ turns were added since the last retrieval.
 
 from __future__ import annotations
 
-import re
 import time
 from datetime import datetime
 
@@ -17,26 +16,15 @@ import numpy as np
 from rank_bm25 import BM25Okapi
 
 from allmem.systems import Resources
+from allmem.text import content_words
 from allmem.types import RetrievalResult
 
 from ._turns import TurnMemory
 
-STOP_WORDS = frozenset(
-    """a about above after again against all am an and any are as at be because been before being below
-    between both but by can could did do does doing don down during each few for from further had has have
-    having he her here hers herself him himself his how i if in into is it its itself just me more most my
-    myself no nor not now of off on once only or other our ours ourselves out over own s same she should so
-    some such t than that the their theirs them themselves then there these they this those through to too
-    under until up very was we were what when where which while who whom why will with would you your yours
-    yourself yourselves ll re ve d m o y ain isn aren wasn weren hasn haven hadn doesn didn won wouldn shan
-    shouldn couldn mustn needn mightn let us also""".split()
-)
-_WORD = re.compile(r"[a-z0-9]+")
-
 
 def tokenize(text: str) -> list[str]:
-    """Lowercase alphanumeric words minus stop words."""
-    return [w for w in _WORD.findall(text.lower()) if w not in STOP_WORDS]
+    """Lowercase alphanumeric words minus stop words (allmem.text: shared with All-Mem's BM25 scorer)."""
+    return content_words(text)
 
 
 class BM25(TurnMemory):

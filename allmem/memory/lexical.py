@@ -12,19 +12,18 @@ score(q, d) = sum over query tokens t of idf(t) * tf * (k1 + 1) / (tf + k1 * (1 
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from collections.abc import Sequence
 
 from allmem.memory.bank import MemoryBank, Unit
+from allmem.text import content_words
 
-_TOKEN = re.compile(r"[a-z0-9]+")
 FIELDS = ("descriptor", "evidence", "both")
 
 
 def tokenize(text: str) -> list[str]:
-    """Lowercased alphanumeric runs: simple, language-agnostic, and the same for queries and documents."""
-    return _TOKEN.findall(text.lower())
+    """Lowercased words minus stop words: the same preprocessing as the BM25 baseline (allmem.text)."""
+    return content_words(text)
 
 
 def unit_text(unit: Unit, field: str) -> str:

@@ -1,0 +1,36 @@
+"""Word-level text helpers shared by every lexical component (BM25 baseline, All-Mem's BM25 scorer, the reader).
+
+One stop-word list, so that the BM25 baseline and All-Mem's lexical Stage 1 tokenise text the same way and a
+difference between them is a difference of method, not of preprocessing.
+"""
+
+from __future__ import annotations
+
+import re
+
+# English function words (the common NLTK-style list, with clitic fragments left by splitting on apostrophes).
+STOP_WORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before being below
+    between both but by can could did do does doing don down during each few for from further had has have
+    having he her here hers herself him himself his how i if in into is it its itself just me more most my
+    myself no nor not now of off on once only or other our ours ourselves out over own s same she should so
+    some such t than that the their theirs them themselves then there these they this those through to too
+    under until up very was we were what when where which while who whom why will with would you your yours
+    yourself yourselves ll re ve d m o y ain isn aren wasn weren hasn haven hadn doesn didn won wouldn shan
+    shouldn couldn mustn needn mightn let us also""".split()
+)
+# Negated auxiliaries ("didn", "isn"): stop words for ranking, but they carry meaning for answer selection.
+NEGATED_AUXILIARIES = frozenset(
+    "ain isn aren wasn weren hasn haven hadn doesn didn won wouldn shan shouldn couldn mustn needn mightn".split()
+)
+WORD = re.compile(r"[a-z0-9]+")
+
+
+def words(text: str) -> list[str]:
+    """Lowercased alphanumeric runs."""
+    return WORD.findall(text.lower())
+
+
+def content_words(text: str) -> list[str]:
+    """Lowercased alphanumeric words minus stop words."""
+    return [w for w in WORD.findall(text.lower()) if w not in STOP_WORDS]
