@@ -35,7 +35,7 @@ test: $(STAMP) ## Run the test suite (offline)
 reproduce: $(STAMP) ## Run every method on the full LoCoMo (offline backend) and print the results tables
 	$(VENV)/bin/allmem run -m dataset=locomo method=$(METHODS) run.root=$(REPRO_DIR)
 	$(VENV)/bin/allmem run -m dataset=locomo +experiment=$(STAGE1) run.root=$(REPRO_DIR)
-	$(VENV)/bin/allmem report $(REPRO_DIR) --out results/tables/locomo_offline.md
+	$(VENV)/bin/allmem report $(REPRO_DIR) --out results/tables/locomo_offline.md --figures results/figures
 
 bench: $(STAMP) ## Retrieval latency benchmark (numpy vs faiss, visible vs full surface)
 	$(PY) scripts/bench_latency.py

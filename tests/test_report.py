@@ -96,3 +96,18 @@ def test_report_main_and_split_tables(tmp_path):
 
 def test_fmt_rounds_for_display_only():
     assert fmt(None) == "n/a" and fmt(1 / 3) == "0.33" and fmt(7) == "7"
+
+
+def test_figures_are_drawn_from_run_directories(tmp_path):
+    stats = [_stats("conv-26", 2, {"1": 0.5, "2": 1.0, "10": 1.0}, {}, {})]
+    _fake_run(tmp_path / "runs", "allmem", [_record("q1", "conv-26", 4, "a", "a", ["D1:1"])], stats)
+    from allmem.report.figures import write_figures
+
+    paths = write_figures(find_runs(tmp_path / "runs"), tmp_path / "fig")
+    assert sorted(p.name for p in paths) == [
+        "locomo_f1_by_group.png",
+        "locomo_recoverability.png",
+        "locomo_surface.png",
+    ]
+    for p in paths:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

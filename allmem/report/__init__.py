@@ -35,10 +35,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="allmem report", description=__doc__)
     parser.add_argument("root", type=Path, help="folder holding run directories (searched recursively)")
     parser.add_argument("--out", type=Path, help="also write the Markdown here")
+    parser.add_argument("--figures", type=Path, help="also draw the figures (PNG) into this folder")
     args = parser.parse_args(argv)
     text = build_report(args.root)
     print(text)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text)
+    if args.figures:
+        from allmem.report.figures import write_figures
+
+        for path in write_figures(find_runs(args.root), args.figures):
+            print(f"[allmem] figure: {path}")
     return 0

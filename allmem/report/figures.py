@@ -1,0 +1,90 @@
+"""Figures from run directories (matplotlib, no display needed): what the tables hold, drawn.
+
+- ``<dataset>_f1_by_group.png``: F1 per category (LoCoMo) or question type (LongMemEval), one bar per method;
+- ``<dataset>_surface.png``: visible surface against the append-only count per dialogue (paper Fig. 5a);
+- ``<dataset>_recoverability.png``: R(H), the share of archived units within H hops (paper Fig. 6).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from allmem.report.atc import dialogue_stats, pooled_recoverability
+from allmem.report.tables import Run
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def f1_by_group(runs: Sequence[Run], out: Path) -> Path:
+    plt = _pyplot()
+    groups = sorted({g for r in runs for g in r.metrics.get("groups", {})})
+    width = 0.8 / max(len(runs), 1)
+    fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(groups)), 3.5))
+    for i, run in enumerate(runs):
+        values = [run.metrics["groups"].get(g, {}).get("scores", {}).get("f1") or 0.0 for g in groups]
+        ax.bar([x + i * width for x in range(len(groups))], values, width, label=run.method)
+    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(groups))], groups)
+    ax.set_ylabel("F1")
+    ax.legend(fontsize=7, ncols=2)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def surface(runs: Sequence[Run], out: Path) -> Path:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    top = 0
+    for run in runs:
+        stats = sorted(dialogue_stats(run).values(), key=lambda s: s.get("turns", 0))
+        xs = [s.get("turns", 0) for s in stats]
+        ax.plot(xs, [s.get("n_visible", 0) for s in stats], "o", label=f"{run.method}: visible")
+        top = max([top, *xs])
+    ax.plot([0, top], [0, top], "k--", lw=1, label="append-only |V+| = N")
+    ax.set_xlabel("turns written (N)")
+    ax.set_ylabel("visible units")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def recoverability(runs: Sequence[Run], out: Path) -> Path:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for run in runs:
+        rec = pooled_recoverability(run)
+        if rec.get("n_archived"):
+            hs = sorted(rec["curve"])
+            ax.step(hs, [100 * rec["curve"][h] for h in hs], where="post", label=run.method)
+    ax.set_xlabel("hop budget H")
+    ax.set_ylabel("archived units reachable (%)")
+    ax.set_ylim(0, 102)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def write_figures(runs: Sequence[Run], folder: Path) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for dataset in sorted({r.dataset for r in runs}):
+        subset = [r for r in runs if r.dataset == dataset]
+        written.append(f1_by_group(subset, folder / f"{dataset}_f1_by_group.png"))
+        with_atc = [r for r in subset if any("atc" in s for s in dialogue_stats(r).values())]
+        if with_atc:
+            written.append(surface(with_atc, folder / f"{dataset}_surface.png"))
+            written.append(recoverability(with_atc, folder / f"{dataset}_recoverability.png"))
+    return written
