@@ -145,11 +145,10 @@ def run(cfg: DictConfig) -> Path:
         log.info("complete run found, skipping: %s", run_dir)
         print(f"[allmem] skip (complete): {run_dir}")
         return run_dir
-    rundir.prepare(run_dir, cfg)
     t_start = time.perf_counter()
     progress = bool(cfg.run.progress)
-
-    dialogues = load_dataset(cfg.dataset)
+    dialogues = load_dataset(cfg.dataset)  # before the run directory exists: bad input leaves nothing behind
+    rundir.prepare(run_dir, cfg)
     embedder_cache = cfg.embedder.get("cache_dir") or Path(cfg.paths.cache_dir) / "embeddings"
     embedder = build(cfg.embedder, cache_dir=embedder_cache)
     llm = _build_llm(cfg, run_dir)

@@ -184,3 +184,12 @@ def test_longmemeval_tiny_with_allmem(tmp_path, cache_dir, fixtures_dir):
     assert set(metrics["groups"]) == {q["question_type"] for q in raw}
     stats = rundir.read_jsonl(run_dir / rundir.SYSTEM_STATS)
     assert len(stats) == len(raw) and all("atc" in s for s in stats)
+
+
+def test_malformed_dataset_fails_before_a_run_directory_exists(tmp_path, cache_dir, fixtures_dir):
+    from benchmarks import DatasetError
+
+    bad = fixtures_dir / "malformed" / "locomo_bad_category.json"
+    with pytest.raises(DatasetError, match="locomo_bad_category.json.*qa\\[1\\].category"):
+        run(_cfg(["method=bm25", f"dataset.path={bad}", *_common(tmp_path, cache_dir)]))
+    assert not any(tmp_path.rglob(rundir.CONFIG))
