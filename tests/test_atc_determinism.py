@@ -3,33 +3,16 @@ diagnosis pool size; ATC hooks into ``AllMem`` through ``build_consolidator``; a
 
 from __future__ import annotations
 
-import hashlib
-import re
 from typing import Any
-
-import numpy as np
 
 from allmem.llm import build_llm
 from allmem.memory.atc.events import read_events
 from allmem.memory.atc.synthetic import make_corpus
 from allmem.memory.system import AllMem
 from allmem.systems import Resources
+from tests.fakes import BowEmbedder
 
 VOLATILE = {"latency_ms", "llm_latency_ms"}
-
-
-class BowEmbedder:
-    """Hashed bag of words (model-free, deterministic, thread-safe)."""
-
-    dim = 96
-
-    def encode(self, texts: list[str]) -> np.ndarray:
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for i, t in enumerate(texts):
-            for w in re.findall(r"[a-z0-9]+", t.lower()):
-                out[i, int.from_bytes(hashlib.sha1(w.encode()).digest()[:2], "big") % self.dim] += 1.0
-            out[i] /= np.linalg.norm(out[i]) or 1.0
-        return out
 
 
 DIALOGUE = make_corpus(seed=11, n_dialogues=1, n_sessions=4).dialogues[0]
@@ -37,7 +20,9 @@ DIALOGUE = make_corpus(seed=11, n_dialogues=1, n_sessions=4).dialogues[0]
 
 def run_stream(tmp_path, **atc: Any) -> AllMem:
     llm = build_llm({"backend": "offline", "cache": {"enabled": False}})
-    system = AllMem(resources=Resources(BowEmbedder(), llm, tmp_path), atc={"enabled": True, **atc})
+    system = AllMem(
+        resources=Resources(BowEmbedder(dim=96, hash_bytes=2), llm, tmp_path), atc={"enabled": True, **atc}
+    )
     system.reset(DIALOGUE.id)
     for s in DIALOGUE.sessions:
         system.start_session(s.info)

@@ -10,8 +10,9 @@ import pytest
 
 from allmem.llm import build_llm
 from allmem.memory.atc.consolidator import build_consolidator
+from tests.fakes import BowEmbedder
 from tests.llm_stub import StubLLM
-from tests.test_atc_executor import BowEmbedder, make_bank
+from tests.test_atc_executor import make_bank
 
 KEY = "sk-test-atc"
 
@@ -38,7 +39,9 @@ def test_consolidation_over_the_openai_backend(stub: StubLLM, tmp_path, monkeypa
         none, none, ("content", json.dumps({"proposals": [merge]})), none, none, ("content", json.dumps(plan))
     )
     bank = make_bank()
-    c = build_consolidator(bank=bank, llm=llm, embedder=BowEmbedder(), cfg={"workers": 1}, run_dir=tmp_path)
+    c = build_consolidator(
+        bank=bank, llm=llm, embedder=BowEmbedder(dim=64), cfg={"workers": 1}, run_dir=tmp_path
+    )
     for u in bank.ids():
         c.on_write(u)
     c.run("test")

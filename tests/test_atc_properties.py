@@ -7,9 +7,7 @@ directed typed links (0% unreachable), and a target that did not execute left th
 
 from __future__ import annotations
 
-import hashlib
 import math
-import re
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,6 +23,7 @@ from allmem.memory.atc.executor import EXECUTED, Executor
 from allmem.memory.atc.gate import Target
 from allmem.memory.bank import MemoryBank
 from allmem.memory.recover import hop_distances
+from tests.fakes import BowEmbedder
 
 SENTENCES = [
     "I went hiking at Zion.",
@@ -37,18 +36,6 @@ SENTENCES = [
     "The concert was loud.",
 ]
 T0 = datetime(2023, 1, 1)
-
-
-class BowEmbedder:
-    dim = 32
-
-    def encode(self, texts: list[str]) -> np.ndarray:
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for i, t in enumerate(texts):
-            for w in re.findall(r"[a-z0-9]+", t.lower()):
-                out[i, hashlib.sha1(w.encode()).digest()[0] % self.dim] += 1.0
-            out[i] /= np.linalg.norm(out[i]) or 1.0
-        return out
 
 
 def _split_plan(req: Any) -> dict[str, Any]:
@@ -77,7 +64,7 @@ class World:
     """A bank plus an online writer in miniature (temporal link + 2 semantic links per write)."""
 
     def __init__(self, d_sigma: int) -> None:
-        self.emb = BowEmbedder()
+        self.emb = BowEmbedder(dim=32)
         self.bank = MemoryBank(dim=self.emb.dim, d_sigma=d_sigma)
         self.last: str | None = None
         self.evidence: dict[str, tuple[str, Any]] = {}
