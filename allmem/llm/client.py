@@ -214,6 +214,16 @@ class LLM:
             req, model, key, tokens_in, tokens_out, latency, cached=cached, ok=failure is None,
             estimated=estimated, retries=retries, parse_error=failure.kind if failure else None,
         )  # fmt: skip
+        return self._result(
+            req, model, key, text, tokens_in, tokens_out, latency, cached=cached, data=data, failure=failure,
+            estimated=estimated,
+        )  # fmt: skip
+
+    def _result(
+        self, req: ChatRequest, model: str, key: str, text: str, tokens_in: int, tokens_out: int, latency: float,
+        *, cached: bool, data: Any, failure: Any, estimated: bool, error: str | None = None,
+    ) -> ChatResult:  # fmt: skip
+        """The one place a ChatResult is assembled (live, cached and dry-run calls alike)."""
         return ChatResult(
             text=text,
             phase=req.phase,
@@ -227,6 +237,7 @@ class LLM:
             cached=cached,
             data=data,
             parse_error=failure,
+            error=error,
             estimated=estimated,
         )
 
@@ -257,22 +268,10 @@ class LLM:
             estimated=True,
             dry_run=True,
         )
-        return ChatResult(
-            text=text,
-            phase=req.phase,
-            template=req.template,
-            backend=self.backend.name,
-            model=model,
-            prompt_hash=key,
-            tokens_in=tokens_in,
-            tokens_out=tokens_out,
-            latency_ms=latency,
-            cached=False,
-            data=data,
-            parse_error=failure,
-            error=error,
-            estimated=True,
-        )
+        return self._result(
+            req, model, key, text, tokens_in, tokens_out, latency, cached=False, data=data, failure=failure,
+            estimated=True, error=error,
+        )  # fmt: skip
 
     def _book(
         self,

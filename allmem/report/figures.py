@@ -23,6 +23,13 @@ def _pyplot():
     return plt
 
 
+def _save(plt, fig, out: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
 def f1_by_group(runs: Sequence[Run], out: Path) -> Path:
     plt = _pyplot()
     groups = sorted({g for r in runs for g in r.metrics.get("groups", {})})
@@ -34,10 +41,7 @@ def f1_by_group(runs: Sequence[Run], out: Path) -> Path:
     ax.set_xticks([x + 0.4 - width / 2 for x in range(len(groups))], groups)
     ax.set_ylabel("F1")
     ax.legend(fontsize=7, ncols=2)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, out)
 
 
 def surface(runs: Sequence[Run], out: Path) -> Path:
@@ -53,10 +57,7 @@ def surface(runs: Sequence[Run], out: Path) -> Path:
     ax.set_xlabel("turns written (N)")
     ax.set_ylabel("visible units")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, out)
 
 
 def recoverability(runs: Sequence[Run], out: Path) -> Path:
@@ -71,10 +72,7 @@ def recoverability(runs: Sequence[Run], out: Path) -> Path:
     ax.set_ylabel("archived units reachable (%)")
     ax.set_ylim(0, 102)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, out)
 
 
 def write_figures(runs: Sequence[Run], folder: Path) -> list[Path]:
