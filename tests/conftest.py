@@ -35,7 +35,10 @@ def locomo_path() -> Path:
     ):
         if cand.exists():
             return cand
-    raise FileNotFoundError("LoCoMo not found under data/locomo/ or ../shared/data/locomo/")
+    raise FileNotFoundError(
+        "LoCoMo not found under data/locomo/ or ../shared/data/locomo/: run `allmem download locomo` "
+        "or put the shared data folder beside the checkout (as CI does)"
+    )
 
 
 @pytest.fixture(scope="session")
