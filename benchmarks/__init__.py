@@ -15,10 +15,10 @@ from typing import Any
 from allmem.types import Dialogue
 from benchmarks.errors import DatasetError
 
-__all__ = ["DatasetError", "load_dataset"]
+__all__ = ["DatasetError", "fit_split", "load_dataset"]
 
 # Keys of configs/dataset/*.yaml that load_dataset consumes; every other key is passed to the loader.
-_HARNESS_KEYS = ("name", "_target_", "path", "limit_dialogues", "limit_questions")
+_HARNESS_KEYS = ("name", "_target_", "path", "limit_dialogues", "limit_questions", "fit_dialogues")
 
 
 def _as_dict(cfg: Any) -> dict[str, Any]:
@@ -77,3 +77,20 @@ def load_dataset(cfg: Any) -> list[Dialogue]:
     if limit_q is not None:
         dialogues = [dataclasses.replace(d, questions=d.questions[:limit_q]) for d in dialogues]
     return dialogues
+
+
+def fit_split(dataset: str = "locomo") -> tuple[str, ...]:
+    """The dialogues constants may be fitted on (``fit_dialogues`` of ``configs/dataset/<dataset>.yaml``).
+
+    The one home of the fit / held-out split: the report, the fitting scripts and the tests read it from there.
+    An empty tuple means nothing of that dataset is fitted on.
+    """
+    from omegaconf import OmegaConf
+
+    from allmem.paths import repo_root
+
+    path = repo_root() / "configs" / "dataset" / f"{dataset}.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"no dataset config {path}")
+    ids = OmegaConf.load(path).get("fit_dialogues") or ()
+    return tuple(str(x) for x in ids)

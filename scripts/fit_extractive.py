@@ -14,7 +14,6 @@ import os
 
 import numpy as np
 
-FIT_IDS = ("conv-26", "conv-30", "conv-41", "conv-42", "conv-43")
 YES_NO_CHOICES = ("Yes", "No", "Likely yes", "Likely no")
 
 
@@ -73,6 +72,7 @@ def main() -> None:
     from allmem.embed import Embedder
     from allmem.generate import ExtractiveGenerator
     from allmem.metrics.qa import set_f1
+    from benchmarks import fit_split
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=None, help="LoCoMo file (default: the usual data locations)")
@@ -82,8 +82,9 @@ def main() -> None:
     emb = Embedder(num_threads=1)
     gen = ExtractiveGenerator(embedder=emb)
     items, yes_no, when = [], [], []
-    for did, q, req in contexts(args.data, args.budget, FIT_IDS):
-        if did not in FIT_IDS or q.category == 5:  # fit split only; two-option questions never reach spans
+    fit_ids = fit_split("locomo")
+    for did, q, req in contexts(args.data, args.budget, fit_ids):
+        if did not in fit_ids or q.category == 5:  # fit split only; two-option questions never reach spans
             continue
         mode = gen.mode(req)
         if mode == "yes_no":

@@ -12,9 +12,7 @@ from omegaconf import OmegaConf
 
 from allmem import rundir
 from allmem.metrics import score_records
-
-# Conversations any LoCoMo-fitted threshold may be fitted on (DEVELOPERS.md); the other five are held out.
-LOCOMO_FIT = ("conv-26", "conv-30", "conv-41", "conv-42", "conv-43")
+from benchmarks import fit_split
 
 MAIN_COLUMNS = (("F1", "f1"), ("BLEU-1", "bleu1"), ("ROUGE-L", "rougeL"), ("R@5", "R@5"), ("N@5", "N@5"))
 
@@ -101,8 +99,9 @@ def split_table(runs: Sequence[Run], keys: Sequence[str] = ("f1", "R@5")) -> str
     rows = []
     for run in runs:
         records = run.records()
-        fit = [r for r in records if r["dialogue_id"] in LOCOMO_FIT]
-        held = [r for r in records if r["dialogue_id"] not in LOCOMO_FIT]
+        fit_ids = fit_split("locomo")
+        fit = [r for r in records if r["dialogue_id"] in fit_ids]
+        held = [r for r in records if r["dialogue_id"] not in fit_ids]
         parts = [
             score_records(part, run.protocol)["overall"]["scores"] if part else {}
             for part in (records, fit, held)
