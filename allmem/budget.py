@@ -18,11 +18,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from functools import lru_cache
 
 from allmem.tokens import count_tokens
-from allmem.types import Retrieved
+from allmem.types import Retrieved, format_date
 
 _WS = re.compile(r"\s+")
 _DIGITS = re.compile(r"(\d+)")
@@ -50,19 +49,13 @@ def _line_tokens(line: str) -> int:
     return count_tokens(line)
 
 
-def format_date(ts: datetime) -> str:
-    """``8 May 2023``: LoCoMo's gold answers use this form (no zero padding)."""
-    return f"{ts.day} {ts:%B} {ts.year}"
+def context_line(unit: Retrieved) -> str:
+    """One context line: ``[date] Speaker: text [image: caption]``, built from the unit's parts.
 
-
-def render_unit(unit: Retrieved) -> str:
-    """One context line: ``[date] Speaker: text``; the speaker is not repeated if the text already starts with it.
-
-    Newlines inside a unit (LongMemEval assistant turns) are collapsed so each unit stays one line.
+    Newlines inside a unit (LongMemEval assistant turns, the records of a merged unit) are collapsed so each
+    unit stays one line.
     """
     text = _WS.sub(" ", unit.text).strip()
-    if unit.speaker and not text.startswith(f"{unit.speaker}:"):
-        text = f"{unit.speaker}: {text}"
     if unit.timestamp is not None:
         return f"[{format_date(unit.timestamp)}] {text}"
     return text
@@ -91,7 +84,7 @@ def pack(units: Sequence[Retrieved], budget_tokens: int) -> Packed:
     """
     if budget_tokens < 0:
         raise ValueError(f"budget.tokens must be >= 0, got {budget_tokens}")
-    lines = [render_unit(u) for u in units]
+    lines = [context_line(u) for u in units]
     costs = [_line_tokens(line) for line in lines]
     n_keep, total = 0, 0
     for cost in costs:
@@ -103,7 +96,7 @@ def pack(units: Sequence[Retrieved], budget_tokens: int) -> Packed:
 
     def render(n: int) -> tuple[list[Retrieved], list[str], str, int]:
         kept = chronological(units[:n])
-        kept_lines = [render_unit(u) for u in kept]
+        kept_lines = [context_line(u) for u in kept]
         text = "\n".join(kept_lines)
         return kept, kept_lines, text, count_tokens(text)
 

@@ -12,6 +12,23 @@ from datetime import datetime
 from typing import Any
 
 
+def format_date(ts: datetime) -> str:
+    """``8 May 2023``: how a date is written in contexts and answers (LoCoMo's gold answers use this form)."""
+    return f"{ts.day} {ts:%B} {ts.year}"
+
+
+def utterance_line(speaker: str | None, text: str, caption: str | None = None) -> str:
+    """``Speaker: text [image: caption]``: the one way an utterance is written as text.
+
+    Every text-based method indexes this form, prompts show it, and the generator's context lines are built
+    from it; nothing parses it back (a ``Retrieved`` unit carries its parts).
+    """
+    out = f"{speaker}: {text}" if speaker else text
+    if caption:
+        out += f" [image: {caption}]"
+    return out
+
+
 @dataclass(frozen=True)
 class Turn:
     """One utterance of a dialogue, the unit of ingestion.
@@ -32,10 +49,10 @@ class Turn:
 
     def render(self) -> str:
         """``Speaker: text [image: caption]``: the text every text-based method indexes."""
-        out = f"{self.speaker}: {self.text}"
-        if self.caption:
-            out += f" [image: {self.caption}]"
-        return out
+        return utterance_line(self.speaker, self.text, self.caption)
+
+    def utterance(self) -> Utterance:
+        return Utterance(self.speaker, self.text, self.caption)
 
 
 @dataclass(frozen=True)
@@ -93,15 +110,53 @@ class Dialogue:
 
 
 @dataclass(frozen=True)
+class Utterance:
+    """One piece of a retrieved unit: who said what, with the image caption if any.
+
+    A turn-level unit has one; an All-Mem unit merged by consolidation has one per evidence record; a memory
+    system that stores rewritten facts (Mem0, A-Mem notes) returns the fact as ``text`` with no speaker.
+    """
+
+    speaker: str | None
+    text: str
+    caption: str | None = None
+
+    def render(self) -> str:
+        return utterance_line(self.speaker, self.text, self.caption)
+
+
+@dataclass(frozen=True)
 class Retrieved:
-    """One ranked unit returned by a memory system. ``source_ids`` are what R@k/N@k credit."""
+    """One ranked unit returned by a memory system. ``source_ids`` are what R@k/N@k credit.
+
+    The unit carries its parts (``parts``, ``timestamp``); ``text`` and ``allmem.budget.context_line`` render
+    them, so no consumer has to parse a rendered line back into speaker, text and caption.
+    """
 
     id: str
-    text: str
+    parts: tuple[Utterance, ...]
     source_ids: tuple[str, ...]
     score: float
     timestamp: datetime | None = None
-    speaker: str | None = None
+
+    @classmethod
+    def of_text(
+        cls, id: str, text: str, source_ids: tuple[str, ...], score: float, timestamp: datetime | None = None,
+        speaker: str | None = None, caption: str | None = None,
+    ) -> Retrieved:  # fmt: skip
+        """A unit of one utterance (the common case)."""
+        return cls(id, (Utterance(speaker, text, caption),), tuple(source_ids), float(score), timestamp)
+
+    @property
+    def text(self) -> str:
+        """The unit's utterances, one ``Speaker: text [image: caption]`` line each."""
+        return "\n".join(p.render() for p in self.parts)
+
+    @property
+    def speaker(self) -> str | None:
+        """The speaker when every part has the same one, else None."""
+        speakers = {p.speaker for p in self.parts}
+        return speakers.pop() if len(speakers) == 1 else None
 
 
 @dataclass(frozen=True)

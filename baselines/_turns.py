@@ -16,14 +16,7 @@ from allmem.types import RetrievalResult, Retrieved, Turn
 
 def turn_unit(turn: Turn, score: float) -> Retrieved:
     """The retrieval unit of a turn. ``source_id`` falls back to the turn id for streams that leave it unset."""
-    return Retrieved(
-        id=turn.id,
-        text=turn.render(),
-        source_ids=(turn.source_id or turn.id,),
-        score=float(score),
-        timestamp=turn.timestamp,
-        speaker=turn.speaker,
-    )
+    return Retrieved(turn.id, (turn.utterance(),), (turn.source_id or turn.id,), float(score), turn.timestamp)
 
 
 def check_k(k: int | None, owner: str) -> int | None:

@@ -1,7 +1,7 @@
-"""Refit the extractive generator's span model (``allmem.spans.WEIGHTS``, ``GOLD_LENGTH``) and yes/no answer.
+"""Refit the extractive generator's span model (``allmem.reader.spans.WEIGHTS``, ``GOLD_LENGTH``) and yes/no answer.
 
 Fits only on conversations conv-26, 30, 41, 42, 43 (the protocol's fit split) with BM25 contexts packed at the
-default budget, then prints the constants to paste into ``allmem/spans.py`` / the generator config, and the
+default budget, then prints the constants to paste into ``allmem/reader/spans.py`` / the generator config, and the
 held-out scores on the other five conversations for information (never used to choose anything).
 
     .venv/bin/python scripts/fit_extractive.py [--data PATH] [--budget 2048]
@@ -68,10 +68,10 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    from allmem import spans
     from allmem.embed import Embedder
-    from allmem.generate import ExtractiveGenerator
     from allmem.metrics.qa import set_f1
+    from allmem.reader import spans
+    from allmem.reader.extractive import ExtractiveGenerator
     from benchmarks import fit_split
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

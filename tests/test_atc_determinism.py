@@ -7,9 +7,9 @@ from typing import Any
 
 from allmem.llm import build_llm
 from allmem.memory.atc.events import read_events
-from allmem.memory.atc.synthetic import make_corpus
 from allmem.memory.system import AllMem
 from allmem.systems import Resources
+from benchmarks.synthetic_drift import make_corpus
 from tests.fakes import BowEmbedder
 
 VOLATILE = {"latency_ms", "llm_latency_ms"}

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from allmem.memory.atc import text as tx
+from allmem.memory.atc import cues as tx
 from allmem.memory.atc.drift import (
     Calibration,
     UnitView,

@@ -13,7 +13,7 @@ from allmem.memory.atc.config import ATCConfig
 from allmem.memory.atc.consolidator import build_consolidator
 from allmem.memory.atc.events import read_events
 from allmem.memory.atc.gate import canonical_id, gate
-from allmem.memory.atc.report import summarise_events, summarise_run_dir, table3_markdown
+from allmem.memory.atc.summary import summarise_events, summarise_run_dir, table3_markdown
 from allmem.memory.bank import MemoryBank
 
 T0 = datetime(2023, 1, 1)

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from allmem.llm import build_llm
-from allmem.llm import roles as roles_mod
-from allmem.memory.atc import text as tx
+from allmem.memory.atc import cues as tx
+from allmem.memory.atc import roles as roles_mod
 from allmem.memory.atc.config import ATCConfig
 from allmem.memory.atc.executor import EXECUTED, Executor
 from allmem.memory.atc.gate import Target

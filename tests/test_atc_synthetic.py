@@ -14,10 +14,10 @@ import pytest
 
 from allmem.llm import build_llm
 from allmem.memory.atc.events import read_events
-from allmem.memory.atc.synthetic import DriftCorpus, make_corpus
-from allmem.memory.atc.synthetic import edit_is_valid as valid
 from allmem.memory.system import AllMem
 from allmem.systems import Resources
+from benchmarks.synthetic_drift import DriftCorpus, make_corpus
+from benchmarks.synthetic_drift import edit_is_valid as valid
 
 SEED = 1
 OPS = ("split", "merge", "update")

@@ -6,25 +6,32 @@ from datetime import datetime
 
 import pytest
 
-from allmem.budget import chronological, format_date, pack, render_unit
+from allmem.budget import chronological, context_line, pack
 from allmem.tokens import count_tokens
-from allmem.types import Retrieved
+from allmem.types import Retrieved, Utterance, format_date
 
 D1 = datetime(2023, 5, 8, 13, 56)
 D2 = datetime(2023, 5, 25, 10, 0)
 
 
-def unit(uid: str, text: str, ts: datetime | None, speaker: str | None = "Caroline") -> Retrieved:
-    return Retrieved(id=uid, text=text, source_ids=(uid,), score=0.0, timestamp=ts, speaker=speaker)
+def unit(
+    uid: str, text: str, ts: datetime | None, speaker: str | None = "Caroline", caption: str | None = None
+) -> Retrieved:
+    return Retrieved.of_text(uid, text, (uid,), 0.0, ts, speaker=speaker, caption=caption)
 
 
 def test_render_line_format() -> None:
     assert format_date(D1) == "8 May 2023"
-    assert render_unit(unit("D1:1", "Caroline: hi there", D1)) == "[8 May 2023] Caroline: hi there"
-    # speaker added when the text lacks it; image caption kept as part of the text
-    u = unit("D1:2", "look [image: a dog]", D1, speaker="Mel")
-    assert render_unit(u) == "[8 May 2023] Mel: look [image: a dog]"
-    assert render_unit(unit("x", "multi\nline\n\ntext", None, speaker=None)) == "multi line text"
+    assert context_line(unit("D1:1", "hi there", D1)) == "[8 May 2023] Caroline: hi there"
+    # the caption is one of the unit's parts, rendered after the text
+    u = unit("D1:2", "look", D1, speaker="Mel", caption="a dog")
+    assert context_line(u) == "[8 May 2023] Mel: look [image: a dog]"
+    assert context_line(unit("x", "multi\nline\n\ntext", None, speaker=None)) == "multi line text"
+    # a unit of several utterances (a merged All-Mem unit) stays one line
+    merged = Retrieved(
+        "m", (Utterance("A", "one."), Utterance("B", "two", "a cat")), ("D1:1", "D1:2"), 0.0, D1
+    )
+    assert context_line(merged) == "[8 May 2023] A: one. B: two [image: a cat]"
 
 
 def test_chronological_natural_id_order() -> None:
@@ -33,10 +40,10 @@ def test_chronological_natural_id_order() -> None:
 
 
 def test_prefix_cut_and_accounting() -> None:
-    a = unit("D2:1", "Caroline: " + "apple " * 10, D2)
-    big = unit("D1:1", "Caroline: " + "banana " * 200, D1)
-    c = unit("D1:2", "Caroline: ok", D1)
-    la, lbig, lc = (count_tokens(render_unit(u)) for u in (a, big, c))
+    a = unit("D2:1", "" + "apple " * 10, D2)
+    big = unit("D1:1", "" + "banana " * 200, D1)
+    c = unit("D1:2", "ok", D1)
+    la, lbig, lc = (count_tokens(context_line(u)) for u in (a, big, c))
     budget = la + 1 + lc + 5  # room for a and c, not for big
     packed = pack([a, big, c], budget)
     # stop at the first unit that does not fit: c, though small, ranks after big and is dropped too
@@ -44,11 +51,11 @@ def test_prefix_cut_and_accounting() -> None:
     assert packed.n_dropped == 2
     assert packed.dropped_tokens == lbig + lc
     assert packed.used_tokens == la == count_tokens(packed.text)
-    assert packed.lines == (render_unit(a),)
+    assert packed.lines == (context_line(a),)
 
 
 def test_kept_units_are_rendered_chronologically() -> None:
-    units = [unit("D2:1", "Caroline: later", D2), unit("D1:3", "Caroline: earlier", D1)]
+    units = [unit("D2:1", "later", D2), unit("D1:3", "earlier", D1)]
     packed = pack(units, 1000)
     assert packed.text == "[8 May 2023] Caroline: earlier\n[25 May 2023] Caroline: later"
     assert packed.used_tokens == count_tokens(packed.text) <= 1000
@@ -56,7 +63,7 @@ def test_kept_units_are_rendered_chronologically() -> None:
 
 
 def test_exact_fit_and_edges() -> None:
-    a, b = unit("D1:1", "Caroline: one two.", D1), unit("D1:2", "Caroline: three.", D1)
+    a, b = unit("D1:1", "one two.", D1), unit("D1:2", "three.", D1)
     full = pack([a, b], 10_000)
     # ".\n" is one o200k token, so the joined text is cheaper than line + newline + line: still must fit
     assert full.used_tokens < count_tokens(full.lines[0]) + 1 + count_tokens(full.lines[1])

@@ -7,8 +7,8 @@ from datetime import datetime
 import numpy as np
 import pytest
 
-from allmem import relative_dates, spans
-from allmem.generate import NOT_MENTIONED, ExtractiveGenerator, Sentence, split_sentences, unit_body
+from allmem.reader import dates, spans
+from allmem.reader.extractive import NOT_MENTIONED, ExtractiveGenerator, Sentence, split_sentences, unit_body
 from allmem.tokens import count_tokens
 from allmem.types import AnswerRequest, Retrieved
 
@@ -42,12 +42,12 @@ D = datetime(2023, 7, 15, 13, 0)
     ],
 )
 def test_relative_dates_resolve(text: str, when: datetime, expected: str) -> None:
-    assert relative_dates.resolve(text, when) == (expected, True)
+    assert dates.resolve(text, when) == (expected, True)
 
 
 def test_no_expression_gives_the_unit_date() -> None:
-    assert relative_dates.resolve("I love painting.", datetime(2023, 5, 8, 13, 56)) == ("8 May 2023", False)
-    assert relative_dates.month_year(datetime(2023, 1, 31), -1) == "December 2022"
+    assert dates.resolve("I love painting.", datetime(2023, 5, 8, 13, 56)) == ("8 May 2023", False)
+    assert dates.month_year(datetime(2023, 1, 31), -1) == "December 2022"
 
 
 def test_question_kinds_and_terms() -> None:
@@ -94,13 +94,14 @@ def test_best_span_prefers_the_answer_type() -> None:
 
 
 def test_unit_body_and_sentences() -> None:
-    u = Retrieved("D1:1", "Mel: Look at this! So proud. [image: a photo of a bowl]", ("D1:1",), 0.0, D, "Mel")
+    u = Retrieved.of_text("D1:1", "Look at this! So proud.", ("D1:1",), 0.0, D, "Mel", "a photo of a bowl")
     assert unit_body(u) == ("Look at this! So proud.", "a photo of a bowl")
+    assert u.text == "Mel: Look at this! So proud. [image: a photo of a bowl]"
     assert split_sentences("Hi there. How are you? Fine!") == ["Hi there.", "How are you?", "Fine!"]
 
 
 def _unit(uid: str, speaker: str, text: str, when: datetime) -> Retrieved:
-    return Retrieved(uid, f"{speaker}: {text}", (uid,), 0.0, when, speaker)
+    return Retrieved.of_text(uid, text, (uid,), 0.0, when, speaker)
 
 
 CONTEXT = (

@@ -15,7 +15,8 @@ from allmem.llm.cache import ResponseCache, cache_key
 from allmem.llm.ledger import Ledger, price_calls, read_calls
 from allmem.llm.limiter import RateLimiter
 from allmem.llm.prompts import build_request, load_template, parse_reply, parse_template, template_names
-from allmem.llm.roles import Descriptor, RoleFailure, describe, render_evidence
+from allmem.llm.roles import RoleFailure
+from allmem.memory.descriptor import Descriptor, DescriptorResponder, describe, render_evidence
 from allmem.tokens import count_tokens
 from allmem.types import CallRecord
 
@@ -349,7 +350,7 @@ def test_cache_is_shared_by_processes(tmp_path: Path) -> None:
 
 
 def test_keywords_drop_chat_fillers_and_sentence_start_words() -> None:
-    from allmem.llm.keywords import KeywordExtractor
+    from allmem.text.keywords import KeywordExtractor
 
     kw = KeywordExtractor()(
         "Wow, Painting is fun! Hey Mel, I saw one with John at the Perseid meteor shower.", ["Caroline"]
@@ -366,9 +367,29 @@ def test_chat_many_keeps_request_order(tmp_path: Path) -> None:
         build_request(
             "descriptor",
             {"evidence": t, "n_keywords": "4", "evidence_records": [{"speaker": "A", "text": t}]},
+            payload=DescriptorResponder(n_keywords=4),
         )
         for t in texts
     ]
     results = llm.chat_many(reqs)
     assert [r.data["summary"] for r in results] == [f"A: {t}" for t in texts]
     assert llm.totals()["write"]["calls"] == 5
+
+
+def test_offline_backend_asks_the_payload_and_names_a_missing_responder(tmp_path: Path) -> None:
+    """No module paths in the LLM layer: a request without a responder fails with the template named."""
+    llm = offline_llm(tmp_path)
+    bare = build_request("descriptor", {"evidence": "[d] A: hi", "n_keywords": "3"})
+    with pytest.raises(LLMError, match="'descriptor' carries no offline responder"):
+        llm.chat(bare)
+    records = [{"speaker": "A", "text": "I adopted a puppy named Luna."}]
+    req = build_request(
+        "descriptor", {"evidence": "[d] A: hi", "n_keywords": "3", "evidence_records": records},
+        payload=DescriptorResponder(n_keywords=3),
+    )  # fmt: skip
+    res = llm.chat(req)
+    assert (
+        res.ok
+        and res.data["summary"] == "A: I adopted a puppy named Luna."
+        and len(res.data["keywords"]) <= 3
+    )

@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from allmem.generate import ExtractiveGenerator
-from allmem.generate_llm import LLMGenerator, answer_prompt, match_option
 from allmem.llm import build_llm
 from allmem.llm.ledger import read_calls
 from allmem.llm.prompts import build_request
+from allmem.reader.extractive import ExtractiveGenerator
+from allmem.reader.llm import LLMGenerator, answer_prompt, match_option
 from allmem.tokens import count_tokens
 from allmem.types import AnswerRequest, Retrieved
 from tests.llm_stub import StubLLM
@@ -39,10 +39,10 @@ class HashEmbedder:
 
 
 UNITS = (
-    Retrieved("D1:1", "Caroline: I went to a LGBTQ support group yesterday.", ("D1:1",), 0.9,
-              datetime(2023, 5, 8, 13, 56), "Caroline"),
-    Retrieved("D1:2", "Melanie: I painted a sunrise over the lake.", ("D1:2",), 0.5,
-              datetime(2023, 5, 8, 13, 57), "Melanie"),
+    Retrieved.of_text("D1:1", "I went to a LGBTQ support group yesterday.", ("D1:1",), 0.9,
+                      datetime(2023, 5, 8, 13, 56), "Caroline"),
+    Retrieved.of_text("D1:2", "I painted a sunrise over the lake.", ("D1:2",), 0.5,
+                      datetime(2023, 5, 8, 13, 57), "Melanie"),
 )  # fmt: skip
 CONTEXT = "[8 May 2023] Caroline: I went to a LGBTQ support group yesterday.\n[8 May 2023] Melanie: I painted a sunrise."
 REQ = AnswerRequest("q1", "When did Caroline go to the LGBTQ support group?", category=2, context=UNITS,

@@ -10,7 +10,9 @@ import pytest
 from allmem.llm import LLMError, ReplayMiss, build_llm
 from allmem.llm.ledger import read_calls
 from allmem.llm.prompts import build_request
-from allmem.llm.roles import Descriptor, RoleFailure, describe, diagnose, plan_merge
+from allmem.llm.roles import RoleFailure
+from allmem.memory.atc.roles import diagnose, plan_merge
+from allmem.memory.descriptor import Descriptor, describe
 from allmem.metrics.judge import judge_record, judge_records
 from tests.llm_stub import StubLLM, usage_for
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from allmem.llm.roles import Descriptor, RoleFailure
+from allmem.llm.roles import RoleFailure
+from allmem.memory.descriptor import Descriptor
 from allmem.types import Turn
 
 T0 = datetime(2023, 5, 8, 13, 56)

@@ -57,7 +57,7 @@ def test_allmem_retrieval_keys_in_order() -> None:
 
 
 def _unit(uid: str, score: float, *sources: str) -> Retrieved:
-    return Retrieved(id=uid, text=uid, source_ids=sources, score=score)
+    return Retrieved.of_text(uid, uid, sources, score)
 
 
 def test_rank_source_ids_merged_unit_credits_all_and_best_score_wins() -> None:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 #: Every call carries one of these phase tags; cost tables are keyed by them.
 PHASES: tuple[str, ...] = (
     "write",
+    "retrieve",  # query-time calls of a memory system (keyword rewrites, fact filters, agent searches)
     "diagnose",
     "plan_split",
     "plan_merge",
@@ -80,6 +81,16 @@ class ChatRequest:
     def prompt_text(self) -> str:
         """All message contents joined: what token counting and dry-run estimates measure."""
         return "\n".join(str(m.get("content", "")) for m in self.messages)
+
+
+class OfflineResponder(Protocol):
+    """What a request's ``payload`` implements to be answerable by the offline backend (and in dry runs).
+
+    The caller that builds a request knows its role, so it supplies the offline stand-in; the LLM layer never
+    imports its callers.
+    """
+
+    def offline_reply(self, req: ChatRequest) -> str: ...
 
 
 @dataclass(frozen=True)

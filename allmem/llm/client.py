@@ -245,10 +245,10 @@ class LLM:
         t0 = time.perf_counter()
         tokens_in = count_tokens(req.prompt_text)
         text, data, failure, error = "", None, None, "dry run: no model was called"
-        from allmem.llm.offline import OFFLINE_ROLES, ROLE_PROVIDERS, offline_role
+        from allmem.llm.offline import has_offline_reply, offline_reply
 
-        if req.template in OFFLINE_ROLES or req.template in ROLE_PROVIDERS:
-            text = offline_role(req.template)(req)
+        if has_offline_reply(req):
+            text = offline_reply(req)
             tokens_out = count_tokens(text)
             if req.json_schema is not None:
                 data, failure = parse_reply(text, req.json_schema)

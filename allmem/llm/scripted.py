@@ -9,7 +9,7 @@ real model goes through. Select it like any backend::
 
 ``script`` maps a template name to a list of replies, used one per call in order (a string is sent as is; any
 other value is JSON-encoded); a callable ``fn(request) -> str | object`` may stand in for the list. Templates
-without a script, or whose list ran out, go to ``fallback``: ``offline`` (the offline roles) or ``error``.
+without a script, or whose list ran out, go to ``fallback``: ``offline`` (the request's offline responder) or ``error``.
 """
 
 from __future__ import annotations
@@ -71,9 +71,9 @@ class ScriptedBackend:
             reply = fn(req)
         if reply is None:
             if self.fallback == "offline":
-                from allmem.llm.offline import offline_role
+                from allmem.llm.offline import offline_reply
 
-                return BackendReply(text=offline_role(req.template)(req))
+                return BackendReply(text=offline_reply(req))
             raise LLMError(f"scripted backend: no scripted reply left for template {req.template!r}")
         text = reply if isinstance(reply, str) else json.dumps(reply, ensure_ascii=False)
         return BackendReply(text=text)

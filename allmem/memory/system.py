@@ -160,8 +160,7 @@ class AllMem(MemorySystem):
         units = []
         for uid, score in zip(ranked.ids, ranked.scores, strict=True):
             u = self.bank.get(uid)
-            speaker = u.evidence[0].speaker if len({r.speaker for r in u.evidence}) == 1 else None
-            units.append(Retrieved(uid, u.evidence_text(), u.source_ids, float(score), u.timestamp, speaker))
+            units.append(Retrieved(uid, u.utterances(), u.source_ids, float(score), u.timestamp))
         return RetrievalResult(units=tuple(units), timings_ms=ranked.timings_ms)
 
     # ------------------------------------------------------------------ persistence

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from allmem.types import Utterance
+
 LINK_TYPES: tuple[str, ...] = ("temporal", "semantic", "version", "sibling")
 
 
@@ -86,15 +88,13 @@ class Unit:
     def evidence_dicts(self) -> list[dict[str, Any]]:
         return [r.as_dict() for r in self.evidence]
 
+    def utterances(self) -> tuple[Utterance, ...]:
+        """The evidence records as the parts of a retrieved unit (what the generator reads)."""
+        return tuple(Utterance(r.speaker or None, r.text, r.caption or None) for r in self.evidence)
+
     def evidence_text(self) -> str:
-        """``Speaker: text [image: caption]`` per record, one per line: what the generator reads."""
-        lines = []
-        for r in self.evidence:
-            line = f"{r.speaker}: {r.text}" if r.speaker else r.text
-            if r.caption:
-                line += f" [image: {r.caption}]"
-            lines.append(line)
-        return "\n".join(lines)
+        """``Speaker: text [image: caption]`` per record, one per line."""
+        return "\n".join(u.render() for u in self.utterances())
 
     def descriptor_text(self) -> str:
         """The string that is embedded: summary concatenated with the keywords (paper, Sec. 3)."""

@@ -25,7 +25,7 @@ import numpy as np
 
 from allmem.memory.bank import MemoryBank, descriptor_text
 from allmem.memory.vector import single_thread_blas
-from allmem.types import Turn
+from allmem.types import Turn, utterance_line
 
 EMBED_FORMATS = ("paper", "ref")
 _WS = re.compile(r"\s+")
@@ -76,13 +76,8 @@ def turn_record(turn: Turn) -> dict[str, Any]:
 
 def clean_evidence(records: Sequence[Mapping[str, Any]]) -> str:
     """The fallback summary: evidence text with whitespace collapsed (``Speaker: text [image: caption]``)."""
-    parts = []
-    for r in records:
-        line = f"{r.get('speaker')}: {r.get('text', '')}" if r.get("speaker") else str(r.get("text", ""))
-        if r.get("caption"):
-            line += f" [image: {r['caption']}]"
-        parts.append(_WS.sub(" ", line).strip())
-    return " ".join(parts)
+    lines = (utterance_line(r.get("speaker"), str(r.get("text", "")), r.get("caption")) for r in records)
+    return " ".join(_WS.sub(" ", line).strip() for line in lines)
 
 
 def embed_text(summary: str, keywords: Sequence[str], fmt: str = "paper") -> str:
@@ -94,12 +89,9 @@ def embed_text(summary: str, keywords: Sequence[str], fmt: str = "paper") -> str
 
 
 def default_describe() -> Callable[[Any, list[dict[str, Any]]], Any]:
-    try:
-        from allmem.llm.roles import describe
-    except ImportError as exc:
-        raise ImportError(
-            "All-Mem needs allmem.llm.roles.describe (the descriptor role of the LLM layer)"
-        ) from exc
+    """The descriptor role (imported here, not at module level: it pulls in the keyword extractor)."""
+    from allmem.memory.descriptor import describe
+
     return describe
 
 

@@ -1,10 +1,11 @@
 """ATC: offline topology consolidation (paper, Algorithm 1; METHOD.md).
 
 ``build_consolidator(bank=, llm=, embedder=, cfg=<atc node>, run_dir=)`` returns the hook object ``AllMem``
-drives; ``report.summarise_run_dir`` turns a run's ``atc_events.jsonl`` into the Table 2/3 figures.
-Submodules: ``config`` (the atc node), ``drift`` + ``text`` (offline diagnoser), ``offline_roles``,
-``gate`` (gating + Norm), ``executor`` (operators), ``consolidator`` (triggers, runs), ``synthetic`` (the
-drift corpus with known truth), ``report``.
+drives; ``summary.summarise_run_dir`` turns a run's ``atc_events.jsonl`` into the Table 2/3 figures.
+Submodules: ``config`` (the atc node), ``roles`` (the diagnosis and planner prompts), ``drift`` + ``cues``
+(offline diagnoser), ``offline_roles``, ``gate`` (gating + Norm), ``executor`` (operators), ``consolidator``
+(triggers, runs), ``summary``. The synthetic drift corpus with known truth is a dataset:
+``benchmarks/synthetic_drift.py``.
 """
 
 from __future__ import annotations

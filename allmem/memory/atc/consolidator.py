@@ -128,7 +128,7 @@ class Consolidator:
 
     def _roles(self) -> Any:
         if self.roles is None:
-            from allmem.llm import roles
+            from allmem.memory.atc import roles
 
             self.roles = roles
         return self.roles
@@ -205,7 +205,7 @@ class Consolidator:
     # ------------------------------------------------------------------ accounting
     def stats(self) -> dict[str, Any]:
         """Counters for metrics.json (JSON-safe): runs, per-operator outcomes, tokens and latency."""
-        from allmem.memory.atc.report import summarise_events
+        from allmem.memory.atc.summary import summarise_events
 
         return {"atc": summarise_events(self.log.events)}
 

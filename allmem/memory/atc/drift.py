@@ -9,7 +9,7 @@ anchors: the feature value at which the evidence is "even" (p = 0.5) and the val
 (p = 0.9); it is clipped to [0, 0.99]. A proposal's p is the minimum over its features (all must hold), then
 capped by vetoes. So p >= 0.9 means every feature reached its "safe" anchor and no veto fired; theta = 0.7 means
 every feature is at least halfway between "even" and "safe". The anchors live in :class:`Calibration`; they were
-set on the synthetic drift corpus (``allmem.memory.atc.synthetic``, calibration seed 0, never the test seeds)
+set on the synthetic drift corpus (``benchmarks.synthetic_drift``, calibration seed 0, never the test seeds)
 and on LoCoMo conv-26/30/41/42/43 only. Vetoes and their caps:
 
 - Merge: different speakers -> 0; conflicting values (each side names a number or name the other lacks), a
@@ -37,7 +37,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from allmem.memory.atc import text as tx
+from allmem.memory.atc import cues as tx
 
 Embed = Callable[[list[str]], np.ndarray]
 # Words that open a sentence continuing the previous one (it refers back or connects).

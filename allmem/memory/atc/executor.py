@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from allmem.memory.atc import text as tx
+from allmem.memory.atc import cues as tx
 from allmem.memory.atc.config import ATCConfig
 from allmem.memory.atc.gate import Target
 from allmem.memory.atc.meter import Meter
 from allmem.memory.bank import EvidenceRecord, MemoryBank, Unit
-from allmem.memory.write import embed_text
+from allmem.memory.write import default_describe, embed_text
 
 EXECUTED, SKIPPED, NOOP = "executed", "skipped", "noop"
 
@@ -97,12 +97,12 @@ class Executor:
         describe: Callable[..., Any] | None = None,
     ) -> None:
         if roles is None:
-            from allmem.llm import roles as roles_mod
+            from allmem.memory.atc import roles as roles_mod
 
             roles = roles_mod
         self.bank, self.llm, self.embedder, self.cfg, self.payload = bank, llm, embedder, cfg, payload
         self.roles = roles
-        self.describe = describe or roles.describe
+        self.describe = describe or default_describe()
         self.modified: set[str] = set()
 
     # ------------------------------------------------------------------ shared steps

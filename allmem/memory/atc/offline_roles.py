@@ -1,9 +1,10 @@
 """Offline implementations of the ATC prompts (diagnose, plan_split, plan_merge, plan_update).
 
-The offline backend imports this module on first use (``allmem.llm.offline.ROLE_PROVIDERS``). Each role reads
-the request's structured variables (the same units the prompt shows) and the live ``OfflinePayload`` attached
-by the consolidator (embeddings, the sentence embedder, the calibration), and replies with the JSON a model
-would give, so the reply goes through the same cache, ledger and parsing as a real model's.
+The consolidator attaches an ``OfflinePayload`` to every ATC request (through ``allmem.memory.atc.meter.Meter``);
+the offline backend asks it for the reply (``OfflinePayload.offline_reply``). Each role reads the request's
+structured variables (the same units the prompt shows) and the payload's live objects (embeddings, the sentence
+embedder, the calibration), and replies with the JSON a model would give, so the reply goes through the same
+cache, ledger and parsing as a real model's.
 
 Planners: Split segments are verbatim sentence groups of the unit's single evidence record (fewer than two
 groups: a Noop plan); the Merge descriptor is the most central member's summary (highest mean cosine to the
@@ -21,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from allmem.llm.base import ChatRequest, LLMError
-from allmem.llm.offline import offline_descriptor, register_offline_role
 from allmem.memory.atc import drift
+from allmem.memory.descriptor import offline_descriptor
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,12 @@ class OfflinePayload:
     cal: drift.Calibration
     ops: tuple[str, ...] = ("split", "merge", "update")
     n_keywords: int = 12
+
+    def offline_reply(self, req: ChatRequest) -> str:
+        role = OFFLINE_ROLES.get(req.template)
+        if role is None:
+            raise LLMError(f"offline ATC payload: no offline role for template {req.template!r}")
+        return role(req)
 
 
 def _payload(req: ChatRequest) -> OfflinePayload:
@@ -54,7 +61,6 @@ def _view(p: OfflinePayload, unit: Mapping[str, Any], template: str) -> drift.Un
     return p.views[uid]
 
 
-@register_offline_role("diagnose")
 def diagnose_role(req: ChatRequest) -> str:
     p = _payload(req)
     v = req.variables
@@ -65,7 +71,6 @@ def diagnose_role(req: ChatRequest) -> str:
     return json.dumps({"proposals": out}, ensure_ascii=False)
 
 
-@register_offline_role("plan_split")
 def plan_split_role(req: ChatRequest) -> str:
     p = _payload(req)
     unit = req.variables["unit"]
@@ -89,7 +94,6 @@ def central_index(vectors: Sequence[np.ndarray]) -> int:
     return int(np.argmax(sims.sum(axis=1)))
 
 
-@register_offline_role("plan_merge")
 def plan_merge_role(req: ChatRequest) -> str:
     p = _payload(req)
     units = list(req.variables["source_units"])
@@ -105,9 +109,16 @@ def plan_merge_role(req: ChatRequest) -> str:
     return json.dumps(out, ensure_ascii=False)
 
 
-@register_offline_role("plan_update")
 def plan_update_role(req: ChatRequest) -> str:
     p = _payload(req)
     cur = req.variables["current_unit"]
-    d = offline_descriptor(cur.get("evidence") or [], n_keywords=p.n_keywords, max_chars=1200)
+    d = offline_descriptor(cur.get("evidence") or [], n_keywords=p.n_keywords)
     return json.dumps(d | {"decline": False, "reason": "current unit re-extracted"}, ensure_ascii=False)
+
+
+OFFLINE_ROLES = {
+    "diagnose": diagnose_role,
+    "plan_split": plan_split_role,
+    "plan_merge": plan_merge_role,
+    "plan_update": plan_update_role,
+}

@@ -6,21 +6,21 @@ between methods come from what they retrieved under the same budget.
 
 How it answers:
 
-1. Every sentence of the packed context is scored (``allmem.spans.sentence_scores``): content-word overlap with
+1. Every sentence of the packed context is scored (``allmem.reader.spans.sentence_scores``): content-word overlap with
    the question, the speaker named in the question, and the cosine similarity of its unit's MiniLM embedding.
    Unit texts are embedded once and cached across questions and methods; sentences are never embedded.
 2. By question form (never by its gold):
    - "when"-questions ("when", "what year", "which week", "how long ago"): the date of the best sentence's
      unit, with relative expressions ("last Friday", "two weeks ago") resolved against it
-     (``allmem.relative_dates``) and written like LoCoMo's gold answers ("The Friday before 15 July 2023");
+     (``allmem.reader.dates``) and written like LoCoMo's gold answers ("The Friday before 15 July 2023");
    - two-option questions (``req.options``): the option the context states, else "Not mentioned in the
      conversation" (see ``_pick_option`` for why this rule is fixed, not fitted);
    - yes/no questions: a fixed reply;
-   - everything else: the best short span of the top sentences (``allmem.spans.best_spans``); F1 and BLEU-1
+   - everything else: the best short span of the top sentences (``allmem.reader.spans.best_spans``); F1 and BLEU-1
      reward short answers, so a span beats a sentence. LoCoMo multi-hop questions (category 1) join the best
      spans of ``multi_spans`` different units.
 
-Every constant fitted on LoCoMo (the span/sentence weights in ``allmem.spans``, ``when_bonus``, ``multi_spans``,
+Every constant fitted on LoCoMo (the span/sentence weights in ``allmem.reader.spans``, ``when_bonus``, ``multi_spans``,
 ``yes_no_answer``) was fitted on conversations conv-26, 30, 41, 42, 43 only, by ``scripts/fit_extractive.py``.
 """
 
@@ -32,14 +32,13 @@ from typing import Any
 
 import numpy as np
 
-from allmem import relative_dates, spans
+from allmem.reader import dates, spans
 from allmem.tokens import count_tokens
 from allmem.types import Answer, AnswerRequest, Retrieved
 
 NOT_MENTIONED = "Not mentioned in the conversation"
 
 _SENT = re.compile(r"(?<=[.!?])\s+")
-_CAPTION = re.compile(r"\s*\[image:\s*(.*?)\]\s*$")
 _TEMPORAL_Q = re.compile(
     r"^\s*when\b|\b(?:what|which) (?:year|month|date|day|week|weekend)\b|\bhow long ago\b|\bwhat time\b", re.I
 )
@@ -56,14 +55,10 @@ class Sentence:
 
 
 def unit_body(unit: Retrieved) -> tuple[str, str | None]:
-    """The unit's text without its ``Speaker:`` prefix, and its image caption (split off) if any."""
-    text = unit.text.strip()
-    if unit.speaker and text.startswith(f"{unit.speaker}:"):
-        text = text[len(unit.speaker) + 1 :].strip()
-    m = _CAPTION.search(text)
-    if m:
-        return text[: m.start()].strip(), m.group(1).strip() or None
-    return text, None
+    """The unit's words without speaker prefixes, and its image caption(s), read from the unit's parts."""
+    body = " ".join(p.text.strip() for p in unit.parts if p.text.strip())
+    captions = [p.caption.strip() for p in unit.parts if p.caption and p.caption.strip()]
+    return body, " ".join(captions) or None
 
 
 def split_sentences(text: str) -> list[str]:
@@ -101,7 +96,7 @@ class ExtractiveGenerator:
         """Context units, every sentence of them (captions split off) and the sentences' scores.
 
         Units are embedded (one cached vector per unit text, shared by every question and method); sentences
-        are scored lexically plus their unit's similarity (``allmem.spans``), so nothing is embedded per
+        are scored lexically plus their unit's similarity (``allmem.reader.spans``), so nothing is embedded per
         sentence.
         """
         units = list(req.context)
@@ -166,7 +161,7 @@ class ExtractiveGenerator:
         for i in dated:
             ts = units[sents[i].unit].timestamp
             assert ts is not None
-            resolved.append(relative_dates.resolve(sents[i].text, ts))
+            resolved.append(dates.resolve(sents[i].text, ts))
         boosted = np.array(
             [scores[i] + self.when_bonus * found for i, (_, found) in zip(dated, resolved, strict=True)]
         )
@@ -174,7 +169,7 @@ class ExtractiveGenerator:
         text, found = resolved[k]
         if not found:  # the expression may sit in another sentence of the same turn
             unit = units[sents[dated[k]].unit]
-            text, _ = relative_dates.resolve(unit_body(unit)[0], unit.timestamp)  # type: ignore[arg-type]
+            text, _ = dates.resolve(unit_body(unit)[0], unit.timestamp)  # type: ignore[arg-type]
         return text
 
     def _pick_option(self, options: tuple[str, ...], sents: list[Sentence]) -> str:

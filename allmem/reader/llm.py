@@ -3,9 +3,9 @@
 With ``llm=openai`` (or ``replay``) it renders the answer prompt for the question's protocol variant
 (LoCoMo categories 1-4, LoCoMo category 5 as a two-option question, LongMemEval with the question date as the
 current time) and reads ``{"answer": ...}``. With ``llm=offline`` the same request goes through the same wrapper
-(ledger, phase ``generate``, token counts of the rendered prompt) and the offline role registered here delegates
-to the extractive generator (``allmem.generate.ExtractiveGenerator``), so offline numbers and LLM numbers come
-out of one code path.
+(ledger, phase ``generate``, token counts of the rendered prompt) and the request's payload
+(``OfflineAnswerPayload``) delegates to the extractive reader (``allmem.reader.extractive``), so offline
+numbers and LLM numbers come out of one code path.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from allmem.llm.base import ChatRequest, LLMError
-from allmem.llm.offline import register_offline_role
+from allmem.llm.base import ChatRequest
 from allmem.llm.prompts import build_request
 from allmem.types import Answer, AnswerRequest
 
@@ -25,10 +24,18 @@ NO_CONTEXT = "(no memories retrieved)"
 
 @dataclass(frozen=True)
 class OfflineAnswerPayload:
-    """What the offline answer role needs and the prompt cannot carry: the live request and the generator."""
+    """What the offline answer role needs and the prompt cannot carry: the live request and the generator.
+
+    Its ``offline_reply`` is the offline answer: the extractive generator's answer, as the JSON the prompt asks
+    for, so offline numbers and LLM numbers come out of one code path.
+    """
 
     generator: Any
     request: AnswerRequest
+
+    def offline_reply(self, req: ChatRequest) -> str:
+        ans = self.generator.answer(self.request)
+        return json.dumps({"answer": ans.text, "_offline": dict(ans.extra)}, ensure_ascii=False, default=str)
 
 
 def answer_prompt(req: AnswerRequest) -> tuple[str, dict[str, Any]]:
@@ -100,7 +107,7 @@ class LLMGenerator:
                 raise ValueError(
                     "LLMGenerator with the offline backend needs embedder= (the extractive generator)"
                 )
-            from allmem.generate import ExtractiveGenerator
+            from allmem.reader.extractive import ExtractiveGenerator
 
             self._extractive = ExtractiveGenerator(self.embedder, **self.extractive_kwargs)
         return self._extractive
@@ -132,18 +139,3 @@ class LLMGenerator:
         if req.options and text:
             text = match_option(text, req.options)
         return Answer(text=text, usage=usage, extra=extra)
-
-
-def _offline_answer(req: ChatRequest) -> str:
-    """The offline answer role: the extractive generator's answer, as the JSON the prompt asks for."""
-    payload = req.payload
-    if not isinstance(payload, OfflineAnswerPayload):
-        raise LLMError(
-            f"offline backend: template {req.template!r} needs an OfflineAnswerPayload (use LLMGenerator.answer)"
-        )
-    ans = payload.generator.answer(payload.request)
-    return json.dumps({"answer": ans.text, "_offline": dict(ans.extra)}, ensure_ascii=False, default=str)
-
-
-for _template in ("answer_locomo", "answer_locomo_options", "answer_longmemeval"):
-    register_offline_role(_template, _offline_answer)

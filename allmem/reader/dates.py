@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from allmem.budget import format_date
+from allmem.types import format_date
 
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _WEEKDAY_RE = r"(mon|tue|tues|wed|thu|thur|thurs|fri|sat|sun)(?:day|nesday|rsday|urday|sday)?\.?"
