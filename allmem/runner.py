@@ -138,9 +138,21 @@ def answer_question(
     return record
 
 
-def run(cfg: DictConfig) -> Path:
-    """Run one configuration end to end; returns its run directory. Skips a complete run, resumes a partial one."""
-    run_dir = rundir.resolve(cfg)
+def task_overrides() -> list[str]:
+    """The command line's overrides of this Hydra job (empty outside ``allmem run``): they name the run."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+
+
+def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
+    """Run one configuration end to end; returns its run directory. Skips a complete run, resumes a partial one.
+
+    ``overrides`` (default: the Hydra job's) name the directory: ``<dataset>/<method>[,<overrides>]-<hash>``.
+    """
+    overrides = task_overrides() if overrides is None else list(overrides)
+    digest = rundir.data_digest(cfg)
+    run_dir = rundir.resolve(cfg, overrides, digest)
     if rundir.is_complete(run_dir):
         log.info("complete run found, skipping: %s", run_dir)
         print(f"[allmem] skip (complete): {run_dir}")
@@ -182,6 +194,10 @@ def run(cfg: DictConfig) -> Path:
 
     records = rundir.read_jsonl(run_dir / rundir.PREDICTIONS)
     metrics = score_records(records, str(cfg.protocol.name))
+    metrics["run"] = {
+        "label": rundir.run_label(cfg, overrides),
+        "config_hash": rundir.config_hash(cfg, digest),
+    }
     metrics["backend"] = backend
     metrics["cost"] = _cost(llm)
     metrics["system"] = _system_summary(rundir.read_jsonl(run_dir / rundir.SYSTEM_STATS))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -193,3 +194,64 @@ def test_malformed_dataset_fails_before_a_run_directory_exists(tmp_path, cache_d
     with pytest.raises(DatasetError, match="locomo_bad_category.json.*qa\\[1\\].category"):
         run(_cfg(["method=bm25", f"dataset.path={bad}", *_common(tmp_path, cache_dir)]))
     assert not any(tmp_path.rglob(rundir.CONFIG))
+
+
+# Run identity: which overrides make a new run directory. A key that can change a result must (seed orders the
+# two options of category-5 questions; judge adds the 4o-J column); a key that only places files or tunes
+# execution must not, or a finished run would be redone (or, worse, a changed one skipped as complete).
+MUST_CHANGE = [
+    "run.seed=7", "run.judge=false", "budget.tokens=1024", "protocol=mem0", "protocol.ks=[1,3]",
+    "method.k=20", "llm.judge.model=other", "llm.temperature=0.5", "dataset.limit_questions=3",
+    "generator=extractive", "embedder.batch_size=8",
+]  # fmt: skip
+MUST_NOT_CHANGE = [
+    "run.progress=false", "embedder.cache_dir=/elsewhere/emb", "paths.cache_dir=/elsewhere", "wandb.enabled=true",
+    "llm.max_concurrency=4", "llm.cache.enabled=true", "hydra.run.dir=/elsewhere/hydra",
+    # under llm=openai: how long to wait, how often to retry, how fast to go, where the key is read from
+    "llm=openai llm.timeout_s=5", "llm=openai llm.max_retries=0", "llm=openai llm.rpm=10",
+    "llm=openai llm.api_key_env=OTHER_KEY", "llm=openai llm.cache.path=/elsewhere/r.sqlite",
+]  # fmt: skip
+
+
+def _rel_dir(tmp_path: Path, tiny: Path, extra: list[str], method: str = "bm25") -> Path:
+    overrides = [f"method={method}", f"dataset.path={tiny}", f"run.root={tmp_path}", *extra]
+    return rundir.resolve(_cfg(overrides), overrides).relative_to(tmp_path)
+
+
+@pytest.mark.parametrize("override", MUST_CHANGE)
+def test_result_keys_change_the_run_directory(tmp_path, fixtures_dir, override):
+    tiny = fixtures_dir / "locomo_tiny.json"
+    base = _rel_dir(tmp_path, tiny, [])
+    changed = _rel_dir(tmp_path, tiny, [override])
+    assert changed != base
+    assert base.parent == changed.parent == Path("locomo")
+    # the name says why (HELM-style: the arguments), the hash keeps distinct configs apart
+    assert changed.name.startswith(f"bm25,{override}-")
+
+
+@pytest.mark.parametrize("override", MUST_NOT_CHANGE)
+def test_placement_and_execution_keys_keep_the_run_directory(tmp_path, fixtures_dir, override):
+    tiny = fixtures_dir / "locomo_tiny.json"
+    *base, key = override.split()
+    assert _rel_dir(tmp_path, tiny, [*base, key]) == _rel_dir(tmp_path, tiny, base)
+
+
+def test_data_enter_the_identity_by_content_not_by_path(tmp_path, fixtures_dir):
+    tiny = fixtures_dir / "locomo_tiny.json"
+    copy = tmp_path / "elsewhere" / "copy.json"
+    copy.parent.mkdir()
+    copy.write_bytes(tiny.read_bytes())
+    assert _rel_dir(tmp_path, copy, []) == _rel_dir(tmp_path, tiny, [])
+    edited = tmp_path / "edited.json"
+    edited.write_text(tiny.read_text().replace("Biscuit", "Muffin"))
+    assert _rel_dir(tmp_path, edited, []) != _rel_dir(tmp_path, tiny, [])
+
+
+def test_run_names_come_from_the_overrides(tmp_path, fixtures_dir):
+    tiny = fixtures_dir / "locomo_tiny.json"
+    plain = _rel_dir(tmp_path, tiny, [])
+    assert re.fullmatch(r"bm25-[0-9a-f]{10}", plain.name)
+    exp = _rel_dir(tmp_path, tiny, ["+experiment=stage1_bm25", "method.retrieval.K=8"], method="allmem_noatc")
+    assert re.fullmatch(r"allmem_noatc,experiment=stage1_bm25,method\.retrieval\.K=8-[0-9a-f]{10}", exp.name)
+    named = _rel_dir(tmp_path, tiny, ["run.name=mine", "run.seed=3"])
+    assert named == Path("mine")

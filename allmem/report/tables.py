@@ -43,7 +43,7 @@ def find_runs(root: Path) -> list[Run]:
         runs.append(
             Run(
                 path=path,
-                method=str(cfg.method.name),
+                method=str(metrics.get("run", {}).get("label") or cfg.method.name),  # label: rundir.run_label
                 dataset=str(cfg.dataset.name),
                 protocol=str(cfg.protocol.name),
                 metrics=metrics,
