@@ -9,19 +9,20 @@ from __future__ import annotations
 
 import inspect
 import logging
-import random
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from hydra.utils import get_object
+from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from allmem import rundir
 from allmem.budget import pack
 from allmem.metrics import score_records
+from allmem.metrics.protocols import Protocol
 from allmem.metrics.retrieval import rank_source_ids
 from allmem.systems import MemorySystem, Resources
 from allmem.types import AnswerRequest, Dialogue, Question
@@ -29,8 +30,7 @@ from benchmarks import load_dataset
 
 log = logging.getLogger("allmem.run")
 
-NOT_MENTIONED = "Not mentioned in the conversation"
-MAX_RANKED_IDS = 100  # ranked source ids kept per question: enough for every R@k / N@k the protocols use
+MAX_RANKED_IDS = 100  # ranked source ids kept per question: enough for every R@k / N@k (or the largest k)
 
 
 def build(node: DictConfig, **available: Any) -> Any:
@@ -52,15 +52,6 @@ def build(node: DictConfig, **available: Any) -> Any:
         if (takes_any or key in accepted) and params.get(key) is None:
             params[key] = value
     return factory(**params)
-
-
-def two_options(question: Question, seed: int) -> tuple[str, ...]:
-    """LoCoMo category 5 is asked as a two-option question, order shuffled with a fixed seed (PROTOCOL.md)."""
-    if question.category != 5:
-        return ()
-    options = [NOT_MENTIONED, question.gold]
-    random.Random(f"{seed}:{question.id}").shuffle(options)
-    return tuple(options)
 
 
 def ingest(system: MemorySystem, dialogue: Dialogue, progress: bool) -> dict[str, float]:
@@ -89,14 +80,17 @@ def ingest(system: MemorySystem, dialogue: Dialogue, progress: bool) -> dict[str
 
 def answer_question(
     system: MemorySystem, generator: Any, question: Question, budget_tokens: int, seed: int,
-    judge: Callable[[dict[str, Any]], dict[str, Any] | None] | None,
+    judge: Callable[[dict[str, Any]], dict[str, Any] | None] | None, protocol: Protocol,
 ) -> dict[str, Any]:  # fmt: skip
-    """One question through retrieve → pack → generate (→ judge); returns its predictions.jsonl record."""
+    """One question through retrieve → pack → generate (→ judge); returns its predictions.jsonl record.
+
+    The protocol frames the question (two options or not) and names the answer template.
+    """
     t0 = time.perf_counter()
     result = system.retrieve(question.text, question.date)
     t1 = time.perf_counter()
     packed = pack(result.units, budget_tokens)
-    options = two_options(question, seed)
+    options = protocol.options(question, seed)
     request = AnswerRequest(
         question_id=question.id,
         question=question.text,
@@ -107,6 +101,7 @@ def answer_question(
         context=tuple(packed.units),
         context_text=packed.text,
     )
+    request = replace(request, template=protocol.answer_template(request))
     t2 = time.perf_counter()
     answer = generator.answer(request)
     t3 = time.perf_counter()
@@ -119,7 +114,7 @@ def answer_question(
         "prediction": answer.text,
         "gold": question.gold,
         "evidence": list(question.evidence),
-        "ranked_source_ids": rank_source_ids(result.units)[:MAX_RANKED_IDS],
+        "ranked_source_ids": rank_source_ids(result.units)[: max(MAX_RANKED_IDS, *protocol.ks)],
         "context_tokens": packed.used_tokens,
         "dropped_tokens": packed.dropped_tokens,
         "context_units": len(packed.units),
@@ -170,7 +165,8 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
     backend = _backend(cfg, llm)
     data_files = sorted({Path(d.source) for d in dialogues if d.source})
     rundir.write_json(run_dir / rundir.MANIFEST, rundir.manifest(data_files, backend))
-    judge = _judge_fn(cfg, llm)
+    protocol: Protocol = instantiate(cfg.protocol)
+    judge = _judge_fn(cfg, llm, protocol)
 
     done = rundir.completed_ids(run_dir)
     n_total = sum(len(d.questions) for d in dialogues)
@@ -187,13 +183,15 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
             stats_out.write({"dialogue_id": dialogue.id, **timing, **system.stats()})
             for question in todo:
                 out.write(
-                    answer_question(system, generator, question, int(cfg.budget.tokens), cfg.run.seed, judge)
+                    answer_question(
+                        system, generator, question, int(cfg.budget.tokens), cfg.run.seed, judge, protocol
+                    )
                 )
                 bar.update(1)
     bar.close()
 
     records = rundir.read_jsonl(run_dir / rundir.PREDICTIONS)
-    metrics = score_records(records, str(cfg.protocol.name))
+    metrics = score_records(records, protocol)
     metrics["run"] = {
         "label": rundir.run_label(cfg, overrides),
         "config_hash": rundir.config_hash(cfg, digest),
@@ -228,13 +226,14 @@ def _backend(cfg: DictConfig, llm: Any) -> dict[str, Any]:
     }
 
 
-def _judge_fn(cfg: DictConfig, llm: Any) -> Callable[[dict[str, Any]], dict[str, Any] | None] | None:
+def _judge_fn(
+    cfg: DictConfig, llm: Any, protocol: Protocol
+) -> Callable[[dict[str, Any]], dict[str, Any] | None] | None:
     """The LLM judge, when enabled and the backend can judge (the offline backend cannot: 4o-J stays null)."""
     if not cfg.run.judge or str(cfg.llm.backend) == "offline":
         return None
     from allmem.metrics.judge import judge_record
 
-    protocol = str(cfg.protocol.name)
     return lambda record: judge_record(llm, record, protocol)
 
 

@@ -172,7 +172,8 @@ class AnswerRequest:
     ``options`` is set for two-option questions (LoCoMo category 5 under protocol ``allmem``): the harness builds
     it from "Not mentioned in the conversation" and the gold, order shuffled with a fixed seed.
     ``context`` is chronological (already packed under the budget); ``context_text`` holds one line per unit,
-    ``[date] Speaker: text``.
+    ``[date] Speaker: text``. ``template`` names the answer prompt the run's protocol chose
+    (``Protocol.answer_template``); empty means the default protocol's choice.
     """
 
     question_id: str
@@ -183,6 +184,7 @@ class AnswerRequest:
     options: tuple[str, ...] = ()
     context: tuple[Retrieved, ...] = ()
     context_text: str = ""
+    template: str = ""
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ from hydra import compose, initialize_config_dir
 
 from allmem import rundir
 from allmem.metrics import score_file
-from allmem.runner import NOT_MENTIONED, run, two_options
+from allmem.metrics.protocols import NOT_MENTIONED, get_protocol
+from allmem.runner import run
 from allmem.types import Question
 
 REPO = Path(__file__).resolve().parents[1]
@@ -137,16 +138,19 @@ def test_changed_config_refuses_to_resume(tmp_path, cache_dir, fixtures_dir):
 
 
 def test_two_options_is_seeded_and_holds_the_gold():
+    two_options = get_protocol("allmem").options
     q = Question(id="conv-1:q0001", dialogue_id="conv-1", text="?", gold="blue", evidence=(), category=5)
     opts = two_options(q, seed=0)
     assert sorted(opts) == sorted([NOT_MENTIONED, "blue"])
     assert two_options(q, seed=0) == opts
     q4 = Question(id="x", dialogue_id="conv-1", text="?", gold="blue", evidence=(), category=4)
     assert two_options(q4, seed=0) == ()
-    # Over many ids both orders occur (the shuffle is real, not a constant order).
-    orders = {two_options(Question(id=f"q{i}", dialogue_id="d", text="?", gold="g", evidence=(), category=5), 0)
-              for i in range(20)}  # fmt: skip
-    assert len(orders) == 2
+    # Over many ids both orders occur (the shuffle is real, not a constant order), and the seed changes some.
+    qs = [
+        Question(id=f"q{i}", dialogue_id="d", text="?", gold="g", evidence=(), category=5) for i in range(20)
+    ]
+    assert len({two_options(q, 0) for q in qs}) == 2
+    assert [two_options(q, 0) for q in qs] != [two_options(q, 7) for q in qs]
 
 
 def test_multirun_and_report(tmp_path, cache_dir, fixtures_dir):

@@ -1,8 +1,9 @@
-"""Scoring: predictions → metrics, under a named protocol (``allmem`` by default).
+"""Scoring: predictions → metrics, under a protocol (``allmem`` by default).
 
-The runner writes ``score_records(records, protocol)`` into ``metrics.json``; ``allmem score FILE --protocol
-NAME`` prints ``score_file(FILE, NAME)``. Both go through the same validation and the same aggregation, so
-they agree exactly on the same predictions.
+The runner writes ``score_records(records, protocol)`` into ``metrics.json`` with the run's ``Protocol`` object;
+``allmem score RUN_DIR`` prints ``score_file`` under the same protocol, read from the run's ``config.yaml``
+(ks and table k included). Both go through the same validation and the same aggregation, so they agree exactly
+on the same predictions.
 """
 
 from __future__ import annotations
@@ -15,7 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from allmem.metrics.aggregate import summarise
-from allmem.metrics.protocols import PROTOCOLS, Protocol, RecordError, get_protocol, validate_record
+from allmem.metrics.protocols import (
+    DEFAULT_KS,
+    DEFAULT_TABLE_K,
+    PROTOCOLS,
+    Protocol,
+    RecordError,
+    as_protocol,
+    get_protocol,
+    validate_record,
+)
 from allmem.metrics.retrieval import rank_source_ids
 
 __all__ = [
@@ -32,7 +42,7 @@ __all__ = [
 
 
 def _protocol(protocol: str | Protocol) -> Protocol:
-    return protocol if isinstance(protocol, Protocol) else get_protocol(protocol)
+    return as_protocol(protocol)
 
 
 def _validate_all(records: Sequence[Any], places: Sequence[str]) -> list[dict[str, Any]]:
@@ -94,15 +104,39 @@ def score_file(path: str | Path, protocol: str | Protocol = "allmem") -> dict[st
     return score_records(load_predictions(path), proto)
 
 
+def protocol_for(path: Path, name: str | None, ks: str | None, table_k: int | None) -> Protocol:
+    """The protocol to score ``path`` with: the run's own (``config.yaml`` beside it) unless overridden."""
+    cfg_path = (path if path.is_dir() else path.parent) / "config.yaml"
+    node: dict[str, Any] = {"name": "allmem", "ks": list(DEFAULT_KS), "table_k": DEFAULT_TABLE_K}
+    if cfg_path.is_file():
+        import yaml
+
+        node.update(((yaml.safe_load(cfg_path.read_text(encoding="utf-8")) or {}).get("protocol")) or {})
+    if name is not None and name != node["name"]:
+        node = {"name": name, "ks": list(DEFAULT_KS), "table_k": DEFAULT_TABLE_K}
+    if ks is not None:
+        node["ks"] = [int(k) for k in ks.split(",") if k.strip()]
+    if table_k is not None:
+        node["table_k"] = table_k
+    return get_protocol(str(node["name"]), node["ks"], node["table_k"])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``allmem score FILE --protocol NAME [--out PATH]``; ``argv`` is what follows ``score``."""
-    parser = argparse.ArgumentParser(prog="allmem score", description="Score a predictions.jsonl file.")
-    parser.add_argument("file", type=Path, help="predictions.jsonl of a run")
-    parser.add_argument("--protocol", default="allmem", choices=sorted(PROTOCOLS))
+    """``allmem score PATH [--protocol NAME] [--ks 1,3,5] [--table-k K] [--out FILE]``."""
+    parser = argparse.ArgumentParser(
+        prog="allmem score",
+        description="Score a run's predictions. The protocol, its ks and table k are the run's own "
+        "(config.yaml beside the file) unless given here; without a config: allmem, ks 1,3,5,10, table k 5.",
+    )
+    parser.add_argument("path", type=Path, help="a run directory or its predictions.jsonl")
+    parser.add_argument("--protocol", default=None, choices=sorted(PROTOCOLS))
+    parser.add_argument("--ks", default=None, help="comma-separated R@k/N@k cut-offs, e.g. 1,3,5,10")
+    parser.add_argument("--table-k", type=int, default=None, help="the k of the table columns (one of --ks)")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON summary here")
     args = parser.parse_args(argv)
+    file = args.path / "predictions.jsonl" if args.path.is_dir() else args.path
     try:
-        result = score_file(args.file, args.protocol)
+        result = score_file(file, protocol_for(args.path, args.protocol, args.ks, args.table_k))
     except (OSError, ValueError) as exc:
         print(f"allmem score: error: {exc}", file=sys.stderr)
         return 2

@@ -1,86 +1,42 @@
-"""The LLM judge (the 4o-J column): one verdict dict per prediction record, per protocol.
+"""The LLM judge (the 4o-J column): one verdict dict per prediction record, under the run's protocol.
 
-Protocols (PROTOCOL.md):
-- ``allmem``: LongMemEval-style yes/no prompts ending in ``[[yes]]``/``[[no]]``, with type-specific clauses:
-  temporal (LoCoMo category 2, LongMemEval temporal-reasoning), knowledge-update, preference (rubric),
-  abstention (``_abs`` in the question id). ``[[yes]]`` present → yes; else ``[[no]]`` → no; neither → invalid
-  (excluded from the denominator, counted).
-- ``mem0``: Mem0's generous CORRECT/WRONG JSON label; categories 1-4 only (category 5 is not judged).
-- ``longmemeval``: LongMemEval's official per-type prompts; correct iff the reply contains "yes".
-- ``locomo``: LoCoMo's scorer has no judge; the allmem prompts are used so the column is still comparable.
+The protocol (``allmem.metrics.protocols``) decides everything protocol-specific: whether a record is judged
+(``judges``: mem0 skips category 5), the prompt (``judge_template``: the allmem yes/no prompts with temporal,
+update, preference and abstention clauses; Mem0's CORRECT/WRONG label; LongMemEval's official prompts; the
+``locomo`` protocol has no judge of its own and uses the allmem prompts) and how a reply reads
+(``parse_verdict``). This module only asks and counts votes.
 
 With ``n_votes > 1`` the judge is asked that many times (each vote its own cached call, distinguished by a seed)
 and the majority of the decided votes wins; the dict reports every vote and the agreement (share of votes that
 match the final verdict). A tie between yes and no is invalid.
 The offline backend cannot judge: ``judge_record`` returns None and metrics.json reports 4o-J as null with the
-reason; there is never a proxy under that name.
+reason; there is never a proxy under that name. A judge call that failed after its retries is not a verdict:
+the dict carries ``error`` and the runner records the question as failed (it is asked again on the next run).
 """
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from allmem.llm.base import ChatResult
 from allmem.llm.prompts import build_request
-
-JUDGED_PROTOCOLS = ("allmem", "mem0", "longmemeval", "locomo")
-_TYPE_VARIANT = {
-    "temporal-reasoning": "temporal",
-    "knowledge-update": "update",
-    "single-session-preference": "preference",
-}
-
-
-def _protocol_name(protocol: Any) -> str:
-    name = protocol if isinstance(protocol, str) else getattr(protocol, "name", None)
-    if name is None and isinstance(protocol, Mapping):
-        name = protocol.get("name")
-    if name not in JUDGED_PROTOCOLS:
-        raise ValueError(f"judge: unknown protocol {name!r}; choose one of {JUDGED_PROTOCOLS}")
-    return str(name)
+from allmem.metrics.protocols import Protocol, as_protocol
 
 
 def judge_variant(record: Mapping[str, Any]) -> str:
-    """default | temporal | update | preference | abstention, from the question id, category or type."""
-    if "_abs" in str(record.get("question_id", "")):
-        return "abstention"
-    qtype = record.get("question_type")
-    if qtype is not None:
-        return _TYPE_VARIANT.get(str(qtype), "default")
-    return "temporal" if record.get("category") == 2 else "default"
+    """default | temporal | update | preference | abstention (the ``allmem`` protocol's rule)."""
+    return as_protocol("allmem").judge_variant(record)
 
 
-def judge_template(record: Mapping[str, Any], protocol: Any) -> str:
-    name = _protocol_name(protocol)
-    if name == "mem0":
-        return "judge_mem0"
-    prefix = "judge_lme_" if name == "longmemeval" else "judge_allmem_"
-    return prefix + judge_variant(record)
+def judge_template(record: Mapping[str, Any], protocol: str | Protocol) -> str:
+    return as_protocol(protocol).judge_template(record)
 
 
-def parse_verdict(protocol: Any, res: ChatResult) -> str:
+def parse_verdict(protocol: str | Protocol, res: ChatResult) -> str:
     """yes | no | invalid for one judge reply under ``protocol``'s rule."""
-    if res.error is not None:
-        return "invalid"
-    name = _protocol_name(protocol)
-    text = res.text or ""
-    if name == "mem0":
-        label = str(res.data.get("label", "")) if isinstance(res.data, Mapping) else ""
-        if not label:  # tolerate a bare label outside JSON, as the reply format is the model's to break
-            found = set(re.findall(r"\b(CORRECT|WRONG)\b", text.upper()))
-            label = found.pop() if len(found) == 1 else ""
-        return {"CORRECT": "yes", "WRONG": "no"}.get(label.strip().upper(), "invalid")
-    if name == "longmemeval":
-        return "yes" if "yes" in text.lower() else "no"
-    low = text.lower()
-    if "[[yes]]" in low:
-        return "yes"
-    if "[[no]]" in low:
-        return "no"
-    return "invalid"
+    return as_protocol(protocol).parse_verdict(res)
 
 
 def _majority(votes: Sequence[str]) -> tuple[str, float]:
@@ -101,15 +57,15 @@ def judge_record(
     None when: the backend cannot judge (offline; dry run, where the calls are still booked as estimates), the
     judge is disabled in the llm config, or the protocol does not score the record (mem0: category 5).
     """
-    name = _protocol_name(protocol)
+    proto = as_protocol(protocol)
     if not getattr(llm, "judge_enabled", True):
         return None
-    if name == "mem0" and record.get("category") == 5:
+    if not proto.judges(record):
         return None
     votes_n = int(n_votes if n_votes is not None else getattr(llm, "judge_votes", 1))
     if votes_n < 1:
         raise ValueError(f"llm.judge.n_votes must be >= 1, got {votes_n}")
-    template = judge_template(record, name)
+    template = proto.judge_template(record)
     variables = {
         "question": str(record.get("question", "")),
         "gold": str(record.get("gold", "")),
@@ -121,11 +77,11 @@ def judge_record(
                 llm.chat(build_request(template, variables, sample=i))
         return None
     results = [llm.chat(build_request(template, variables, sample=i)) for i in range(votes_n)]
-    votes = [parse_verdict(name, r) for r in results]
+    votes = [proto.parse_verdict(r) for r in results]
     verdict, agreement = _majority(votes) if votes_n > 1 else (votes[0], 1.0)
     out: dict[str, Any] = {
         "verdict": verdict,
-        "protocol": name,
+        "protocol": proto.name,
         "template": template,
         "model": results[0].model,
         "reply": results[0].text[:500],
@@ -136,7 +92,7 @@ def judge_record(
         out["votes"] = votes
         out["agreement"] = agreement
     errors = [r.error for r in results if r.error]
-    if errors:
+    if errors:  # a failed call is no verdict: the runner records the question as failed
         out["error"] = errors[0]
     return out
 

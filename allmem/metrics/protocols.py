@@ -1,8 +1,11 @@
-"""Evaluation protocols: which items count, which per-item metrics, and how items are grouped.
+"""Evaluation protocols: how questions are asked and judged, which items count, which metrics, how grouped.
 
-A protocol is the one switch between the All-Mem paper's scoring (``allmem``, the default) and the scoring of
-the baselines' own papers (``mem0``, ``locomo``, ``longmemeval``), so that numbers are only ever compared
-under the same definitions. ``configs/protocol/<name>.yaml`` selects one.
+A protocol is the one switch between the All-Mem paper's evaluation (``allmem``, the default) and the
+evaluations of the baselines' own papers (``mem0``, ``locomo``, ``longmemeval``), so that numbers are only ever
+compared under the same definitions. ``configs/protocol/<name>.yaml`` selects one and the runner builds it with
+``hydra.utils.instantiate(cfg.protocol)``; the runner, the reader, the judge, ``allmem score`` and the report all
+ask that one object: the question framing (``options``), the answer template (``answer_template``), the judge
+(``judges``, ``judge_template``, ``parse_verdict``), the ks and the table k, and the scoring.
 
 Records are the lines of ``predictions.jsonl``; ``validate_record`` turns one into the normalised dict every
 protocol reads, with an error naming the place and the field when it is malformed.
@@ -10,15 +13,26 @@ protocol reads, with an error naming the place and the field when it is malforme
 
 from __future__ import annotations
 
+import random
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from allmem.metrics import qa, retrieval
 
 DEFAULT_KS: tuple[int, ...] = (1, 3, 5, 10)
 DEFAULT_TABLE_K = 5
 VERDICTS = ("yes", "no", "invalid")
+# The declining option of a two-option question, and what the offline reader answers when nothing supports an
+# answer (LoCoMo's evaluation code; PROTOCOL.md).
+NOT_MENTIONED = "Not mentioned in the conversation"
+# LongMemEval question types with their own judge prompt; every other type uses the default one.
+_JUDGE_VARIANT = {
+    "temporal-reasoning": "temporal",
+    "knowledge-update": "update",
+    "single-session-preference": "preference",
+}
 
 
 class RecordError(ValueError):
@@ -111,6 +125,61 @@ class Protocol:
     name: str = "allmem"
     ks: tuple[int, ...] = DEFAULT_KS
     table_k: int = DEFAULT_TABLE_K
+    # LoCoMo categories asked as a two-option question (LoCoMo's own code asks category 5 so too).
+    option_categories: ClassVar[tuple[int, ...]] = (5,)
+
+    # -- asking ------------------------------------------------------------------------------------------
+
+    def options(self, question: Any, seed: int) -> tuple[str, ...]:
+        """The two options of a question asked as a choice ("Not mentioned" and the gold, order shuffled with
+        ``seed`` and the question id), else ``()``. ``question`` is an ``allmem.types.Question``."""
+        if question.category not in self.option_categories:
+            return ()
+        options = [NOT_MENTIONED, question.gold]
+        random.Random(f"{seed}:{question.id}").shuffle(options)
+        return tuple(options)
+
+    def answer_template(self, request: Any) -> str:
+        """The answer prompt for an ``AnswerRequest``: the two-option prompt when it has options, the
+        LongMemEval prompt (question date as the current time) for LongMemEval items, else the LoCoMo one."""
+        if request.options:
+            return "answer_locomo_options"
+        if request.question_type is not None or (request.date is not None and request.category is None):
+            return "answer_longmemeval"
+        return "answer_locomo"
+
+    # -- judging (the 4o-J column) ------------------------------------------------------------------------
+
+    def judges(self, record: Any) -> bool:
+        """Whether the judge is asked about this record (only items the protocol scores)."""
+        return self.includes(_view(record))
+
+    def judge_variant(self, record: Any) -> str:
+        """default | temporal | update | preference | abstention, from the question id, type or category."""
+        r = _view(record)
+        if "_abs" in str(r.get("question_id", "")):
+            return "abstention"
+        qtype = r.get("question_type")
+        if qtype is not None:
+            return _JUDGE_VARIANT.get(str(qtype), "default")
+        return "temporal" if r.get("category") == 2 else "default"
+
+    def judge_template(self, record: Any) -> str:
+        """LongMemEval-style yes/no prompts with type-specific clauses (PROTOCOL.md, protocol ``allmem``)."""
+        return "judge_allmem_" + self.judge_variant(record)
+
+    def parse_verdict(self, reply: Any) -> str:
+        """yes | no | invalid for one judge ``ChatResult``: ``[[yes]]`` present → yes; else ``[[no]]`` → no."""
+        if reply.error is not None:
+            return "invalid"
+        low = (reply.text or "").lower()
+        if "[[yes]]" in low:
+            return "yes"
+        if "[[no]]" in low:
+            return "no"
+        return "invalid"
+
+    # -- scoring -----------------------------------------------------------------------------------------
 
     def includes(self, record: Mapping[str, Any]) -> bool:
         """Whether the item is scored at all (allmem: every question, adversarial ones included)."""
@@ -157,7 +226,20 @@ class Mem0Protocol(Protocol):
     name: str = "mem0"
 
     def includes(self, record: Mapping[str, Any]) -> bool:
-        return record["category"] != 5
+        return record.get("category") != 5
+
+    def judge_template(self, record: Any) -> str:
+        return "judge_mem0"
+
+    def parse_verdict(self, reply: Any) -> str:
+        """Mem0's generous CORRECT/WRONG JSON label (a bare label outside JSON is tolerated)."""
+        if reply.error is not None:
+            return "invalid"
+        label = str(reply.data.get("label", "")) if isinstance(reply.data, Mapping) else ""
+        if not label:  # the reply format is the model's to break
+            found = set(re.findall(r"\b(CORRECT|WRONG)\b", (reply.text or "").upper()))
+            label = found.pop() if len(found) == 1 else ""
+        return {"CORRECT": "yes", "WRONG": "no"}.get(label.strip().upper(), "invalid")
 
     def qa_names(self) -> list[str]:
         return ["f1", "bleu1"]
@@ -203,6 +285,16 @@ class LongMemEvalProtocol(Protocol):
 
     name: str = "longmemeval"
 
+    def judge_template(self, record: Any) -> str:
+        """LongMemEval's official per-type prompts."""
+        return "judge_lme_" + self.judge_variant(record)
+
+    def parse_verdict(self, reply: Any) -> str:
+        """Correct iff the reply contains "yes" (the official rule)."""
+        if reply.error is not None:
+            return "invalid"
+        return "yes" if "yes" in (reply.text or "").lower() else "no"
+
     def qa_names(self) -> list[str]:
         return []
 
@@ -220,6 +312,11 @@ class LongMemEvalProtocol(Protocol):
         if retrieval.is_abstention(record["question_id"]):
             return dict.fromkeys(self.retrieval_names())
         return dict(retrieval.longmemeval_retrieval(record["ranked_source_ids"], record["evidence"], self.ks))
+
+
+def _view(record: Any) -> Mapping[str, Any]:
+    """A record as a mapping: prediction dicts as they are, ``Prediction`` objects as their scoring view."""
+    return record if isinstance(record, Mapping) else record.scoring_view()
 
 
 PROTOCOLS: dict[str, type[Protocol]] = {
@@ -240,3 +337,22 @@ def get_protocol(name: str, ks: Sequence[int] = DEFAULT_KS, table_k: int = DEFAU
     if int(table_k) not in ks_t:
         raise ValueError(f"protocol table_k={table_k} must be one of ks={list(ks_t)}")
     return PROTOCOLS[name](name=name, ks=ks_t, table_k=int(table_k))
+
+
+def as_protocol(protocol: str | Protocol | Any) -> Protocol:
+    """A ``Protocol`` from itself, a name (default ks) or a ``protocol`` config node (``_target_``, name, ks,
+    table_k): every consumer accepts all three, so an old caller passing a name still works."""
+    if isinstance(protocol, Protocol):
+        return protocol
+    if isinstance(protocol, str):
+        return get_protocol(protocol)
+    if isinstance(protocol, Mapping) or hasattr(protocol, "keys"):
+        from hydra.utils import instantiate
+
+        node = dict(protocol)
+        if "_target_" in node:
+            return instantiate(protocol)
+        return get_protocol(
+            str(node["name"]), node.get("ks", DEFAULT_KS), node.get("table_k", DEFAULT_TABLE_K)
+        )
+    raise TypeError(f"not a protocol: {protocol!r}")

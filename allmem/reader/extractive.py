@@ -32,11 +32,10 @@ from typing import Any
 
 import numpy as np
 
+from allmem.metrics.protocols import NOT_MENTIONED
 from allmem.reader import dates, spans
 from allmem.tokens import count_tokens
 from allmem.types import Answer, AnswerRequest, Retrieved
-
-NOT_MENTIONED = "Not mentioned in the conversation"
 
 _SENT = re.compile(r"(?<=[.!?])\s+")
 _TEMPORAL_Q = re.compile(

@@ -39,23 +39,26 @@ class OfflineAnswerPayload:
 
 
 def answer_prompt(req: AnswerRequest) -> tuple[str, dict[str, Any]]:
-    """The template name and variables for ``req``."""
+    """The template name (the protocol's choice, ``req.template``) and its variables for ``req``."""
+    from allmem.metrics.protocols import as_protocol
+
+    template = req.template or as_protocol("allmem").answer_template(req)
     context = req.context_text.strip() or NO_CONTEXT
-    if req.options:
+    if template == "answer_locomo_options":
         if len(req.options) != 2:
             raise ValueError(
                 f"AnswerRequest {req.question_id}: options must hold exactly 2 items, got {req.options}"
             )
-        return "answer_locomo_options", {
+        return template, {
             "context": context,
             "question": req.question,
             "option_a": req.options[0],
             "option_b": req.options[1],
         }
-    if req.question_type is not None or (req.date is not None and req.category is None):
+    if template == "answer_longmemeval":
         current = f"{req.date:%Y/%m/%d (%a) %H:%M}" if req.date is not None else "unknown"
-        return "answer_longmemeval", {"context": context, "question": req.question, "current_date": current}
-    return "answer_locomo", {"context": context, "question": req.question}
+        return template, {"context": context, "question": req.question, "current_date": current}
+    return template, {"context": context, "question": req.question}
 
 
 def match_option(text: str, options: tuple[str, ...]) -> str:

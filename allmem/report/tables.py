@@ -12,9 +12,10 @@ from omegaconf import OmegaConf
 
 from allmem import rundir
 from allmem.metrics import score_records
+from allmem.metrics.protocols import Protocol, as_protocol
 from benchmarks import fit_split
 
-MAIN_COLUMNS = (("F1", "f1"), ("BLEU-1", "bleu1"), ("ROUGE-L", "rougeL"), ("R@5", "R@5"), ("N@5", "N@5"))
+MAIN_COLUMNS = (("F1", "f1"), ("BLEU-1", "bleu1"), ("ROUGE-L", "rougeL"), ("R@k", "R@{k}"), ("N@k", "N@{k}"))
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,7 @@ class Run:
     path: Path
     method: str
     dataset: str
-    protocol: str
+    protocol: Protocol  # built from the run's config.yaml: its ks and table k are the run's
     metrics: dict[str, Any]
 
     @property
@@ -45,7 +46,7 @@ def find_runs(root: Path) -> list[Run]:
                 path=path,
                 method=str(metrics.get("run", {}).get("label") or cfg.method.name),  # label: rundir.run_label
                 dataset=str(cfg.dataset.name),
-                protocol=str(cfg.protocol.name),
+                protocol=as_protocol(cfg.protocol),
                 metrics=metrics,
             )  # fmt: skip
         )
@@ -68,13 +69,17 @@ def markdown(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def main_table(runs: Sequence[Run]) -> str:
-    """Methods × F1, BLEU-1, ROUGE-L, R@5, N@5, 4o-J (n/a when no LLM judged)."""
-    header = ["Method", *[c for c, _ in MAIN_COLUMNS], "4o-J", "n", "backend"]
+    """Methods × F1, BLEU-1, ROUGE-L, R@k, N@k, 4o-J (n/a when no LLM judged); k is each run's protocol
+    ``table_k`` (5 by default; the header says which, or ``k`` when the runs differ)."""
+    ks = {run.protocol.table_k for run in runs}
+    shown = str(ks.pop()) if len(ks) == 1 else "k"
+    header = ["Method", *[c.replace("@k", f"@{shown}") for c, _ in MAIN_COLUMNS], "4o-J", "n", "backend"]
     rows = []
     for run in runs:
         overall = run.metrics["overall"]
+        keys = [key.format(k=run.protocol.table_k) for _, key in MAIN_COLUMNS]
         rows.append(
-            [run.method, *[overall["scores"].get(key) for _, key in MAIN_COLUMNS], overall.get("judge"),
+            [run.method, *[overall["scores"].get(key) for key in keys], overall.get("judge"),
              overall.get("count"), "offline" if run.offline else run.metrics.get("backend", {}).get("llm")]
         )  # fmt: skip
     return markdown(header, rows)
@@ -91,10 +96,12 @@ def group_table(runs: Sequence[Run], metric: str = "f1") -> str:
     return markdown(header, rows)
 
 
-def split_table(runs: Sequence[Run], keys: Sequence[str] = ("f1", "R@5")) -> str:
+def split_table(runs: Sequence[Run], keys: Sequence[str] = ("f1", "R@{k}")) -> str:
     """All ten LoCoMo conversations, the five any threshold was fitted on, and the five held out."""
+    ks = {run.protocol.table_k for run in runs}
+    shown = ks.pop() if len(ks) == 1 else "k"
     header = ["Method"]
-    for key in keys:
+    for key in (k.format(k=shown) for k in keys):
         header += [f"{key} all", f"{key} fit (26-43)", f"{key} held-out (44-50)"]
     rows = []
     for run in runs:
@@ -108,6 +115,6 @@ def split_table(runs: Sequence[Run], keys: Sequence[str] = ("f1", "R@5")) -> str
         ]
         row: list[Any] = [run.method]
         for key in keys:
-            row += [p.get(key) for p in parts]
+            row += [p.get(key.format(k=run.protocol.table_k)) for p in parts]
         rows.append(row)
     return markdown(header, rows)
