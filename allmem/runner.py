@@ -11,6 +11,7 @@ import inspect
 import logging
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from allmem.metrics import score_records
 from allmem.metrics.protocols import Protocol
 from allmem.metrics.retrieval import rank_source_ids
 from allmem.systems import MemorySystem, Resources
-from allmem.types import AnswerRequest, Dialogue, Question
+from allmem.types import AnswerInfo, AnswerRequest, Dialogue, Prediction, Question
 from benchmarks import load_dataset
 
 log = logging.getLogger("allmem.run")
@@ -80,11 +81,12 @@ def ingest(system: MemorySystem, dialogue: Dialogue, progress: bool) -> dict[str
 
 def answer_question(
     system: MemorySystem, generator: Any, question: Question, budget_tokens: int, seed: int,
-    judge: Callable[[dict[str, Any]], dict[str, Any] | None] | None, protocol: Protocol,
-) -> dict[str, Any]:  # fmt: skip
+    judge: Callable[[dict[str, Any]], dict[str, Any] | None] | None, protocol: Protocol, attempt: int = 1,
+) -> Prediction:  # fmt: skip
     """One question through retrieve → pack → generate (→ judge); returns its predictions.jsonl record.
 
-    The protocol frames the question (two options or not) and names the answer template.
+    The protocol frames the question (two options or not) and names the answer template. A failed answer or
+    judge call (no reply after retries) makes a failed record (``error`` set), never an empty answer.
     """
     t0 = time.perf_counter()
     result = system.retrieve(question.text, question.date)
@@ -107,30 +109,32 @@ def answer_question(
     t3 = time.perf_counter()
     latency = {k: float(v) for k, v in result.timings_ms.items()}
     latency.update(retrieve=1000 * (t1 - t0), pack=1000 * (t2 - t1), generate=1000 * (t3 - t2))
-    record: dict[str, Any] = {
-        "question_id": question.id,
-        "dialogue_id": question.dialogue_id,
-        "question": question.text,
-        "prediction": answer.text,
-        "gold": question.gold,
-        "evidence": list(question.evidence),
-        "ranked_source_ids": rank_source_ids(result.units)[: max(MAX_RANKED_IDS, *protocol.ks)],
-        "context_tokens": packed.used_tokens,
-        "dropped_tokens": packed.dropped_tokens,
-        "context_units": len(packed.units),
-        "latency_ms": latency,
-    }
-    if question.category is not None:
-        record["category"] = question.category
-    if question.question_type is not None:
-        record["question_type"] = question.question_type
-    if options:
-        record["options"] = list(options)
-    if judge is not None:
-        verdict = judge(record)
+    info = AnswerInfo.of(answer)
+    pred = Prediction(
+        question_id=question.id,
+        dialogue_id=question.dialogue_id,
+        question=question.text,
+        prediction=answer.text,
+        gold=question.gold,
+        evidence=question.evidence,
+        ranked_source_ids=tuple(rank_source_ids(result.units)[: max(MAX_RANKED_IDS, *protocol.ks)]),
+        category=question.category,
+        question_type=question.question_type,
+        options=options,
+        context_tokens=packed.used_tokens,
+        dropped_tokens=packed.dropped_tokens,
+        context_units=len(packed.units),
+        latency_ms=latency,
+        answer=info,
+        error=None if info.error is None else f"answer: {info.error}",
+        attempt=attempt,
+    )
+    if judge is not None and pred.error is None:
+        verdict = judge(pred.to_json())
         if verdict is not None:
-            record["judge"] = verdict
-    return record
+            err = verdict.get("error")
+            pred = replace(pred, judge=verdict, error=None if err is None else f"judge: {err}")
+    return pred
 
 
 def task_overrides() -> list[str]:
@@ -179,14 +183,15 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
             todo = [q for q in dialogue.questions if q.id not in done]
             if not todo:
                 continue
-            timing = ingest(system, dialogue, progress)
+            with ledger_scope(llm, dialogue_id=dialogue.id):
+                timing = ingest(system, dialogue, progress)
             stats_out.write({"dialogue_id": dialogue.id, **timing, **system.stats()})
             for question in todo:
-                out.write(
-                    answer_question(
+                with ledger_scope(llm, dialogue_id=dialogue.id, question_id=question.id):
+                    pred = answer_question(
                         system, generator, question, int(cfg.budget.tokens), cfg.run.seed, judge, protocol
                     )
-                )
+                out.write(pred.to_json())
                 bar.update(1)
     bar.close()
 
@@ -211,6 +216,12 @@ def _build_llm(cfg: DictConfig, run_dir: Path) -> Any:
     from allmem.llm import build_llm
 
     return build_llm(cfg.llm, run_dir=run_dir, cache_dir=Path(cfg.paths.cache_dir) / "llm")
+
+
+def ledger_scope(llm: Any, **scope: Any) -> Any:
+    """Book the LLM calls made inside the block under these ids (``calls.jsonl`` lines say what they served)."""
+    ledger = getattr(llm, "ledger", None)
+    return ledger.scope(**scope) if ledger is not None else nullcontext()
 
 
 def _backend(cfg: DictConfig, llm: Any) -> dict[str, Any]:

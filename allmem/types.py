@@ -7,7 +7,8 @@ dataclasses. Memory systems receive ``Turn`` and ``SessionInfo`` objects and a q
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -194,9 +195,45 @@ class Answer:
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. the unit the answer came from
 
 
+class RecordError(ValueError):
+    """A prediction record that cannot be read or scored; the message names where it is and the field."""
+
+
+@dataclass(frozen=True)
+class AnswerInfo:
+    """Where an answer came from: the prompt (template, hash: the key of ``calls.jsonl`` and of the response
+    cache), whether it was served from the cache, and what went wrong (``error``: no reply at all, e.g. a
+    transport failure after retries; ``parse_error``: a reply that was not the JSON asked for, kept as text)."""
+
+    template: str | None = None
+    prompt_hash: str | None = None
+    cached: bool | None = None
+    error: str | None = None
+    parse_error: str | None = None
+
+    @classmethod
+    def of(cls, answer: Answer) -> AnswerInfo:
+        """From a generator's ``Answer`` (``usage`` and ``extra`` as ``allmem.reader`` fills them)."""
+        usage, extra = answer.usage, answer.extra
+        cached = usage.get("cached")
+        return cls(
+            template=usage.get("template"),
+            prompt_hash=usage.get("prompt_hash"),
+            cached=None if cached is None else bool(cached),
+            error=extra.get("error"),
+            parse_error=extra.get("parse_error"),
+        )
+
+
 @dataclass(frozen=True)
 class Prediction:
-    """One line of ``predictions.jsonl``."""
+    """One line of ``predictions.jsonl``: written by the runner (``to_json``), read and validated by the scorer
+    (``from_json``), the one definition of the record (docs/DESIGN.md lists the fields).
+
+    ``error`` is set when the question failed (an answer, judge, retrieval or ingest call of it failed after its
+    retries): such a line is not a result, the question is asked again on the next run, and no scorer counts it.
+    ``attempt`` is the run attempt that wrote the line (``manifest.json`` lists the attempts).
+    """
 
     question_id: str
     dialogue_id: str
@@ -207,17 +244,168 @@ class Prediction:
     ranked_source_ids: tuple[str, ...]
     category: int | None = None
     question_type: str | None = None
+    options: tuple[str, ...] = ()
     context_tokens: int = 0
     dropped_tokens: int = 0
+    context_units: int = 0
     latency_ms: dict[str, float] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
+    answer: AnswerInfo = field(default_factory=AnswerInfo)
+    judge: dict[str, Any] | None = None
+    error: str | None = None
+    attempt: int = 1
+
+    @property
+    def verdict(self) -> str | None:
+        return None if self.judge is None else self.judge.get("verdict")
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object of the line; optional fields appear only when set."""
+        out: dict[str, Any] = {
+            "question_id": self.question_id,
+            "dialogue_id": self.dialogue_id,
+            "question": self.question,
+            "prediction": self.prediction,
+            "gold": self.gold,
+            "evidence": list(self.evidence),
+            "ranked_source_ids": list(self.ranked_source_ids),
+            "context_tokens": self.context_tokens,
+            "dropped_tokens": self.dropped_tokens,
+            "context_units": self.context_units,
+            "latency_ms": dict(self.latency_ms),
+            "answer": {k: v for k, v in vars(self.answer).items() if v is not None},
+            "attempt": self.attempt,
+        }
+        if self.category is not None:
+            out["category"] = self.category
+        if self.question_type is not None:
+            out["question_type"] = self.question_type
+        if self.options:
+            out["options"] = list(self.options)
+        if self.judge is not None:
+            out["judge"] = dict(self.judge)
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+    @classmethod
+    def from_json(cls, raw: Any, where: str = "record") -> Prediction:
+        """Check one line and build the record; errors name ``where`` and the field. Files written before the
+        provenance fields existed read too (no ``answer``, ``attempt`` or ``error``); a ``verdict`` key (an
+        already-normalised record) stands for ``judge.verdict``."""
+        if not isinstance(raw, Mapping):
+            raise RecordError(f"{where}: expected a JSON object, got {type(raw).__name__}")
+        qid = raw.get("question_id")
+        if not isinstance(qid, str) or not qid:
+            raise RecordError(f"{where}: field 'question_id' must be a non-empty string, got {qid!r}")
+        category = raw.get("category")
+        if category is not None:
+            if isinstance(category, str) and category.isdigit():
+                category = int(category)
+            if isinstance(category, bool) or not isinstance(category, int) or not 1 <= category <= 5:
+                raise RecordError(
+                    f"{where}: field 'category' must be a LoCoMo category 1..5, got {category!r}"
+                )
+        qtype = raw.get("question_type")
+        if qtype is not None and not isinstance(qtype, str):
+            raise RecordError(f"{where}: field 'question_type' must be a string, got {qtype!r}")
+        if category is None and not qtype:
+            raise RecordError(f"{where}: needs field 'category' (LoCoMo) or 'question_type' (LongMemEval)")
+        judge = raw.get("judge")
+        if judge is not None and (not isinstance(judge, Mapping) or judge.get("verdict") not in VERDICTS):
+            raise RecordError(f"{where}: field 'judge' must be {{'verdict': 'yes'|'no'|'invalid', ...}}")
+        if judge is None and raw.get("verdict") is not None:
+            if raw["verdict"] not in VERDICTS:
+                raise RecordError(
+                    f"{where}: field 'verdict' must be one of {VERDICTS}, got {raw['verdict']!r}"
+                )
+            judge = {"verdict": raw["verdict"]}
+        dialogue_id = raw.get("dialogue_id")
+        if dialogue_id is not None and not isinstance(dialogue_id, str):
+            raise RecordError(f"{where}: field 'dialogue_id' must be a string, got {dialogue_id!r}")
+        error = raw.get("error")
+        if error is not None and not isinstance(error, str):
+            raise RecordError(f"{where}: field 'error' must be a string, got {error!r}")
+        answer = raw.get("answer") or {}
+        if not isinstance(answer, Mapping):
+            raise RecordError(f"{where}: field 'answer' must be an object, got {type(answer).__name__}")
+        known = {f.name for f in fields(AnswerInfo)}
+        return cls(
+            question_id=qid,
+            dialogue_id=dialogue_id or "",
+            question=str(raw.get("question", "")),
+            prediction=_text(raw, "prediction", where),
+            gold=_text(raw, "gold", where),
+            evidence=_ids(raw, "evidence", where),
+            ranked_source_ids=_ids(raw, "ranked_source_ids", where),
+            category=category,
+            question_type=qtype,
+            options=tuple(str(o) for o in raw.get("options") or ()),
+            context_tokens=_int(raw, "context_tokens", where),
+            dropped_tokens=_int(raw, "dropped_tokens", where),
+            context_units=_int(raw, "context_units", where),
+            latency_ms=dict(raw.get("latency_ms") or {}),
+            answer=AnswerInfo(**{k: v for k, v in answer.items() if k in known}),
+            judge=dict(judge) if judge is not None else None,
+            error=error,
+            attempt=_int(raw, "attempt", where, default=1),
+        )
+
+    def scoring_view(self) -> dict[str, Any]:
+        """The fields a protocol scores, as a plain dict (``allmem.metrics.protocols``)."""
+        return {
+            "question_id": self.question_id,
+            "dialogue_id": self.dialogue_id,
+            "category": self.category,
+            "question_type": self.question_type,
+            "question": self.question,
+            "prediction": self.prediction,
+            "gold": self.gold,
+            "evidence": list(self.evidence),
+            "ranked_source_ids": list(self.ranked_source_ids),
+            "verdict": self.verdict,
+        }
+
+
+VERDICTS = ("yes", "no", "invalid")
+
+
+def _text(raw: Mapping[str, Any], key: str, where: str) -> str:
+    """A text field; numbers are cast (six LoCoMo golds are integers), anything else is an error."""
+    if key not in raw:
+        raise RecordError(f"{where}: missing field {key!r}")
+    val = raw[key]
+    if isinstance(val, bool) or not isinstance(val, str | int | float):
+        raise RecordError(f"{where}: field {key!r} must be a string, got {type(val).__name__}")
+    return str(val)
+
+
+def _ids(raw: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
+    if key not in raw:
+        raise RecordError(f"{where}: missing field {key!r}")
+    val = raw[key]
+    if not isinstance(val, list | tuple) or not all(isinstance(i, str) for i in val):
+        raise RecordError(f"{where}: field {key!r} must be a list of strings, got {val!r:.80}")
+    return tuple(val)
+
+
+def _int(raw: Mapping[str, Any], key: str, where: str, default: int = 0) -> int:
+    val = raw.get(key, default)
+    if isinstance(val, bool) or not isinstance(val, int):
+        raise RecordError(f"{where}: field {key!r} must be an integer, got {val!r}")
+    return val
 
 
 @dataclass(frozen=True)
 class CallRecord:
-    """One LLM call, as the cost ledger stores it (``calls.jsonl``)."""
+    """One LLM call, as the cost ledger stores it (``calls.jsonl``).
 
-    phase: str  # write | diagnose | plan_split | plan_merge | plan_update | generate | judge
+    ``ok`` is false for a call that produced no usable reply (``error``: a transport failure after its retries)
+    or an unreadable one (``parse_error`` in the line). ``dialogue_id``/``question_id`` say which work it served
+    (``question_id`` is None for ingestion: writes and consolidation); ``attempt`` is the run attempt that made
+    it (``manifest.json``). The ledger fills these three from its scope, so callers need not pass them.
+    """
+
+    phase: str  # write | retrieve | diagnose | plan_split | plan_merge | plan_update | generate | judge
     backend: str
     model: str
     tokens_in: int
@@ -226,3 +414,7 @@ class CallRecord:
     cached: bool
     prompt_hash: str
     ok: bool = True
+    error: str | None = None
+    dialogue_id: str | None = None
+    question_id: str | None = None
+    attempt: int | None = None

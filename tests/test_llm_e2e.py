@@ -76,18 +76,26 @@ def test_locomo_two_dialogues_against_the_stub_then_replay(tmp_path: Path, locom
         assert cost["generate"]["tokens_in"] > 0 and cost["judge"]["cached"] == 0
         calls = [json.loads(x) for x in (run_dir / rundir.CALLS).read_text().splitlines()]
         assert len(calls) == n_calls and {c["phase"] for c in calls} == {"generate", "judge"}
+        # every prediction joins its prompts: by question id, and by the answer's and the judge's prompt hash
+        by_key = {(c["question_id"], c["prompt_hash"]): c for c in calls}
+        for r in records:
+            answer_call = by_key[(r["question_id"], r["answer"]["prompt_hash"])]
+            assert answer_call["phase"] == "generate" and answer_call["template"] == r["answer"]["template"]
+            assert by_key[(r["question_id"], r["judge"]["prompt_hash"])]["phase"] == "judge"
+            assert r["answer"]["cached"] is False and "error" not in r and "error" not in r["answer"]
 
         replay_dir = _allmem_run([*common, "llm=replay"], REPO, env)
         assert stub.count == n_calls  # zero network calls
         replayed = rundir.read_jsonl(replay_dir / rundir.PREDICTIONS)
 
-        def same(r: dict) -> dict:  # latencies are measurements; the replayed judge calls are cache hits
+        def same(r: dict) -> dict:  # latencies are measurements; the replayed calls are cache hits
             return {k: v for k, v in r.items() if k != "latency_ms"} | {
-                "judge": r["judge"] | {"cached": None}
+                "judge": r["judge"] | {"cached": None},
+                "answer": r["answer"] | {"cached": None},
             }
 
         assert [same(r) for r in replayed] == [same(r) for r in records]
-        assert all(r["judge"]["cached"] for r in replayed)
+        assert all(r["judge"]["cached"] and r["answer"]["cached"] for r in replayed)
         replay_metrics = json.loads((replay_dir / rundir.METRICS).read_text())
         assert replay_metrics["overall"]["judge"] == metrics["overall"]["judge"]
         assert replay_metrics["cost"]["all"]["cached"] == replay_metrics["cost"]["all"]["calls"] == n_calls

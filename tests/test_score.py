@@ -254,3 +254,33 @@ def test_real_locomo_oracle_under_mem0(locomo_path: Path) -> None:
     # N@1 is 1 wherever there is gold; the 4 category-3 questions with empty evidence score 0 and still count
     assert out["overall"]["scores"]["N@1"] == pytest.approx(100 * 1536 / 1540)
     assert out["overall"]["judge_reason"] == NO_JUDGE_REASON
+
+
+def test_prediction_record_round_trips_and_old_files_still_score() -> None:
+    """The runner writes ``Prediction.to_json``; the scorer reads it back unchanged, and lines written before
+    the provenance fields existed (no ``answer``, ``attempt``) still score the same."""
+    from allmem.types import AnswerInfo, Prediction
+
+    pred = Prediction(
+        question_id="conv-x:q0001", dialogue_id="conv-x", question="Where?", prediction="the park", gold="park",
+        evidence=("D1:1",), ranked_source_ids=("D1:1", "D2:2"), category=4, context_tokens=12, context_units=2,
+        latency_ms={"retrieve": 1.5}, answer=AnswerInfo("answer_locomo", "ab12", cached=False), attempt=2,
+        judge={"verdict": "yes", "template": "judge_allmem_default"},
+    )  # fmt: skip
+    line = pred.to_json()
+    assert line["answer"] == {"template": "answer_locomo", "prompt_hash": "ab12", "cached": False}
+    assert Prediction.from_json(json.loads(json.dumps(line))) == pred
+    old = {k: v for k, v in line.items() if k not in ("answer", "attempt")}
+    assert (
+        score_records([old], "allmem") == score_records([line], "allmem") == score_records([pred], "allmem")
+    )
+
+
+def test_a_failed_question_is_never_scored(tmp_path: Path) -> None:
+    failed = {**LOCOMO[1], "prediction": "", "error": "answer: transport: APIConnectionError after 4 retries"}
+    path = tmp_path / "preds.jsonl"
+    path.write_text(f"{GOOD}\n{json.dumps(failed)}\n", encoding="utf-8")
+    with pytest.raises(
+        RecordError, match=r"preds.jsonl:2: question 'q2' failed \(answer: transport.*run it again"
+    ):
+        score_file(path, "allmem")

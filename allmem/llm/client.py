@@ -284,6 +284,7 @@ class LLM:
         *,
         cached: bool,
         ok: bool,
+        error: str | None = None,
         **extra: Any,
     ) -> None:
         rec = CallRecord(
@@ -296,6 +297,7 @@ class LLM:
             cached=cached,
             prompt_hash=key,
             ok=ok,
+            error=error,
         )
         self.ledger.record(rec, template=req.template, template_version=req.template_version, **extra)
 

@@ -1,5 +1,9 @@
 """The cost ledger: every LLM call appended to the run's ``calls.jsonl``, totals per phase for metrics.json.
 
+Each line says what the call served: the runner opens a ``scope`` (dialogue id, question id, attempt) around each
+dialogue's ingestion and each question, and every call booked inside it carries those ids, so a prediction joins
+its prompts by question id and the answer's prompt hash. The scope is ledger state, not a ``ContextVar``:
+consolidation and batched writes call the LLM from worker threads, which a context variable would not reach.
 Prices are not applied here at call time: they change, and a run directory should stay re-priceable. Reports
 call ``price_calls`` with a prices table (``configs/llm/prices.yaml``) at report time.
 """
@@ -10,7 +14,8 @@ import dataclasses
 import json
 import threading
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,19 +36,34 @@ _FIELDS = (
 class Ledger:
     """Thread-safe; writes one JSON line per call (if it has a path) and keeps running totals."""
 
-    def __init__(self, path: str | Path | None = None) -> None:
-        self.path = Path(path) if path is not None else None
-        if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: str | Path | None = None, attempt: int | None = None) -> None:
+        self.path = Path(path) if path is not None else None  # its folder is made on the first write
         self._lock = threading.Lock()
         self._totals: dict[str, dict[str, Any]] = defaultdict(_empty)
+        self._scope: dict[str, Any] = {"attempt": attempt}
+
+    @contextmanager
+    def scope(self, **ids: Any) -> Iterator[None]:
+        """Book every call made inside the block with these ids (``dialogue_id``, ``question_id``, ``attempt``)."""
+        with self._lock:
+            before = dict(self._scope)
+            self._scope.update(ids)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._scope = before
 
     def record(self, rec: CallRecord, **extra: Any) -> None:
         """Book one call. ``extra`` (template, estimated, ...) goes into the JSON line only."""
-        line = dataclasses.asdict(rec) | extra
         with self._lock:
+            rec = dataclasses.replace(
+                rec, **{k: v for k, v in self._scope.items() if getattr(rec, k, None) is None}
+            )
             _add(self._totals[rec.phase], rec)
             if self.path is not None:
+                line = dataclasses.asdict(rec) | extra
+                self.path.parent.mkdir(parents=True, exist_ok=True)
                 with self.path.open("a", encoding="utf-8") as fh:
                     fh.write(json.dumps(line, ensure_ascii=False) + "\n")
 

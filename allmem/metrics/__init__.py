@@ -24,9 +24,9 @@ from allmem.metrics.protocols import (
     RecordError,
     as_protocol,
     get_protocol,
-    validate_record,
 )
 from allmem.metrics.retrieval import rank_source_ids
+from allmem.types import Prediction
 
 __all__ = [
     "Protocol",
@@ -47,11 +47,18 @@ def _protocol(protocol: str | Protocol) -> Protocol:
 
 def _validate_all(records: Sequence[Any], places: Sequence[str]) -> list[dict[str, Any]]:
     """Validate every record and refuse duplicates (a resumed run writing a question twice would count it
-    twice). Uniqueness is per (dialogue_id, question_id) because loaders may number questions per dialogue."""
+    twice) and failed questions (a failed line is no result: the run must be completed first). Uniqueness is
+    per (dialogue_id, question_id) because loaders may number questions per dialogue."""
     out: list[dict[str, Any]] = []
     seen: dict[tuple[str, str], str] = {}
     for raw, where in zip(records, places, strict=True):
-        rec = validate_record(raw, where)
+        pred = raw if isinstance(raw, Prediction) else Prediction.from_json(raw, where)
+        if pred.error is not None:
+            raise RecordError(
+                f"{where}: question {pred.question_id!r} failed ({pred.error}); the run is incomplete: "
+                "run it again to retry its failed questions, then score it"
+            )
+        rec = pred.scoring_view()
         key = (rec["dialogue_id"], rec["question_id"])
         if key in seen:
             raise RecordError(

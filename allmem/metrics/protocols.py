@@ -7,8 +7,8 @@ compared under the same definitions. ``configs/protocol/<name>.yaml`` selects on
 ask that one object: the question framing (``options``), the answer template (``answer_template``), the judge
 (``judges``, ``judge_template``, ``parse_verdict``), the ks and the table k, and the scoring.
 
-Records are the lines of ``predictions.jsonl``; ``validate_record`` turns one into the normalised dict every
-protocol reads, with an error naming the place and the field when it is malformed.
+Records are the lines of ``predictions.jsonl`` (``allmem.types.Prediction``); ``validate_record`` turns one into
+the normalised dict every protocol reads, with an error naming the place and the field when it is malformed.
 """
 
 from __future__ import annotations
@@ -20,10 +20,14 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from allmem.metrics import qa, retrieval
+from allmem.types import VERDICTS, Prediction, RecordError
+
+__all__ = [
+    "NOT_MENTIONED", "PROTOCOLS", "VERDICTS", "Protocol", "RecordError", "as_protocol", "get_protocol", "validate_record",
+]  # fmt: skip
 
 DEFAULT_KS: tuple[int, ...] = (1, 3, 5, 10)
 DEFAULT_TABLE_K = 5
-VERDICTS = ("yes", "no", "invalid")
 # The declining option of a two-option question, and what the offline reader answers when nothing supports an
 # answer (LoCoMo's evaluation code; PROTOCOL.md).
 NOT_MENTIONED = "Not mentioned in the conversation"
@@ -35,78 +39,17 @@ _JUDGE_VARIANT = {
 }
 
 
-class RecordError(ValueError):
-    """A prediction record that cannot be scored; the message names where it is and the field."""
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Records
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _text(raw: Mapping[str, Any], key: str, where: str) -> str:
-    """A text field; numbers are cast (six LoCoMo golds are integers), anything else is an error."""
-    if key not in raw:
-        raise RecordError(f"{where}: missing field {key!r}")
-    val = raw[key]
-    if isinstance(val, bool) or not isinstance(val, str | int | float):
-        raise RecordError(f"{where}: field {key!r} must be a string, got {type(val).__name__}")
-    return str(val)
-
-
-def _ids(raw: Mapping[str, Any], key: str, where: str) -> list[str]:
-    if key not in raw:
-        raise RecordError(f"{where}: missing field {key!r}")
-    val = raw[key]
-    if not isinstance(val, list | tuple) or not all(isinstance(i, str) for i in val):
-        raise RecordError(f"{where}: field {key!r} must be a list of strings, got {val!r:.80}")
-    return list(val)
-
-
 def validate_record(raw: Any, where: str) -> dict[str, Any]:
-    """Check one record and return its normalised form (idempotent, so re-validating is harmless).
-
-    Normalised keys: ``question_id``, ``dialogue_id`` ("" if absent), ``category`` (int 1..5 or None), ``question_type`` (str or None),
-    ``prediction``, ``gold``, ``evidence``, ``ranked_source_ids``, ``verdict`` (yes|no|invalid or None).
-    """
-    if not isinstance(raw, Mapping):
-        raise RecordError(f"{where}: expected a JSON object, got {type(raw).__name__}")
-    qid = raw.get("question_id")
-    if not isinstance(qid, str) or not qid:
-        raise RecordError(f"{where}: field 'question_id' must be a non-empty string, got {qid!r}")
-    category = raw.get("category")
-    if category is not None:
-        if isinstance(category, str) and category.isdigit():
-            category = int(category)
-        if isinstance(category, bool) or not isinstance(category, int) or not 1 <= category <= 5:
-            raise RecordError(f"{where}: field 'category' must be a LoCoMo category 1..5, got {category!r}")
-    qtype = raw.get("question_type")
-    if qtype is not None and not isinstance(qtype, str):
-        raise RecordError(f"{where}: field 'question_type' must be a string, got {qtype!r}")
-    if category is None and not qtype:
-        raise RecordError(f"{where}: needs field 'category' (LoCoMo) or 'question_type' (LongMemEval)")
-    verdict = raw.get("verdict")  # already-normalised records
-    judge = raw.get("judge")
-    if judge is not None:
-        if not isinstance(judge, Mapping) or judge.get("verdict") not in VERDICTS:
-            raise RecordError(f"{where}: field 'judge' must be {{'verdict': 'yes'|'no'|'invalid', ...}}")
-        verdict = judge["verdict"]
-    if verdict is not None and verdict not in VERDICTS:
-        raise RecordError(f"{where}: field 'verdict' must be one of {VERDICTS}, got {verdict!r}")
-    dialogue_id = raw.get("dialogue_id")
-    if dialogue_id is not None and not isinstance(dialogue_id, str):
-        raise RecordError(f"{where}: field 'dialogue_id' must be a string, got {dialogue_id!r}")
-    return {
-        "question_id": qid,
-        "dialogue_id": dialogue_id or "",
-        "category": category,
-        "question_type": qtype,
-        "prediction": _text(raw, "prediction", where),
-        "gold": _text(raw, "gold", where),
-        "evidence": _ids(raw, "evidence", where),
-        "ranked_source_ids": _ids(raw, "ranked_source_ids", where),
-        "verdict": verdict,
-    }
+    """Check one ``predictions.jsonl`` line (``allmem.types.Prediction.from_json``) and return what protocols
+    score: ``question_id``, ``dialogue_id`` ("" if absent), ``category`` (1..5 or None), ``question_type``,
+    ``question``, ``prediction``, ``gold``, ``evidence``, ``ranked_source_ids``, ``verdict`` (or None).
+    Idempotent, so re-validating a normalised record is harmless."""
+    return Prediction.from_json(raw, where).scoring_view()
 
 
 # ---------------------------------------------------------------------------------------------------------
