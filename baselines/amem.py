@@ -143,7 +143,8 @@ class AMemResponder:
             "tags_to_update": unique([*note["tags"], *(k for n in related for k in shared(n))]),
             "new_context_neighborhood": [n["context"] for n in neighbours],
             "new_tags_neighborhood": [
-                unique([*n["tags"], *shared(n)]) if n["index"] in linked else list(n["tags"]) for n in neighbours
+                unique([*n["tags"], *shared(n)]) if n["index"] in linked else list(n["tags"])
+                for n in neighbours
             ],
         }
 
@@ -165,7 +166,12 @@ class AMem(MemorySystem):
         super().__init__(resources)
         if k < 1 or neighbours < 1 or evo_threshold < 1:
             raise ValueError("configs/method/amem.yaml: k, neighbours and evo_threshold must be >= 1")
-        self.k, self.n_neighbours, self.evo_threshold, self.evolve_cos = k, neighbours, evo_threshold, evolve_cos
+        self.k, self.n_neighbours, self.evo_threshold, self.evolve_cos = (
+            k,
+            neighbours,
+            evo_threshold,
+            evolve_cos,
+        )
         self.embedder = embedder_of(self.resources, "amem")
         self.llm = llm_of(self.resources)
         self.reset("")
@@ -231,7 +237,13 @@ class AMem(MemorySystem):
             "neighbour_number": str(len(shown)),
             "note": {"content": note.content, "keywords": note.keywords, "tags": note.tags},
             "neighbour_notes": [
-                {"index": n.index, "content": n.content, "context": n.context, "keywords": n.keywords, "tags": n.tags}
+                {
+                    "index": n.index,
+                    "content": n.content,
+                    "context": n.context,
+                    "keywords": n.keywords,
+                    "tags": n.tags,
+                }
                 for n in shown
             ],
         }
@@ -294,10 +306,15 @@ class AMem(MemorySystem):
             t = self.notes[idx].turn
             units.append(Retrieved.of_text(f"n{idx}", t.text, (source_id(t),), -pos, t.timestamp, t.speaker))
         t2 = time.perf_counter()
-        return RetrievalResult(units=tuple(units), timings_ms={"rewrite": 1000 * (t1 - t0), "search": 1000 * (t2 - t1)})
+        return RetrievalResult(
+            units=tuple(units), timings_ms={"rewrite": 1000 * (t1 - t0), "search": 1000 * (t2 - t1)}
+        )
 
     def stats(self) -> dict[str, Any]:
-        return {"notes": len(self.notes), "linked_notes": sum(1 for n in self.notes if n.links)} | self.tally.as_stats()
+        return {
+            "notes": len(self.notes),
+            "linked_notes": sum(1 for n in self.notes if n.links),
+        } | self.tally.as_stats()
 
 
 def _as_index(x: Any) -> int | None:

@@ -117,7 +117,11 @@ class HippoRAG2(MemorySystem):
             raise ValueError("configs/method/hipporag.yaml: linking_top_k and retrieval_top_k must be >= 1")
         if not 0 < damping < 1:
             raise ValueError(f"configs/method/hipporag.yaml: damping must be in (0, 1), got {damping}")
-        self.linking_top_k, self.passage_node_weight, self.damping = linking_top_k, passage_node_weight, damping
+        self.linking_top_k, self.passage_node_weight, self.damping = (
+            linking_top_k,
+            passage_node_weight,
+            damping,
+        )
         self.synonym_threshold, self.synonym_max = synonym_threshold, synonym_max
         self.retrieval_top_k = retrieval_top_k
         self.responder = HippoRAGResponder(max_entities)
@@ -171,7 +175,9 @@ class HippoRAG2(MemorySystem):
             )
             for p, t, ents in zip(shown, turns, entities, strict=True)
         ]
-        for turn, reply in zip(turns, ask_many(self.llm, "hipporag_triples", triple_calls, self.tally), strict=True):
+        for turn, reply in zip(
+            turns, ask_many(self.llm, "hipporag_triples", triple_calls, self.tally), strict=True
+        ):
             self.passages.append(turn)
             self.triples.append(self.valid_triples(reply["triples"] if reply else []))
         self.graph = None
@@ -264,7 +270,11 @@ class HippoRAG2(MemorySystem):
         fact_scores = min_max(self.fact_vecs @ q)
         cand = list(np.lexsort((np.arange(len(fact_scores)), -fact_scores))[: self.linking_top_k])
         shown = [list(self.facts[i]) for i in cand]
-        variables = {"question": query, "facts": json.dumps({"fact": shown}, ensure_ascii=False), "candidates": shown}
+        variables = {
+            "question": query,
+            "facts": json.dumps({"fact": shown}, ensure_ascii=False),
+            "candidates": shown,
+        }
         reply = ask(self.llm, "hipporag_filter", variables, self.responder, self.tally)
         if reply is None:
             return []
@@ -307,7 +317,11 @@ class HippoRAG2(MemorySystem):
             reset = np.ones_like(reset)
         assert self.graph is not None
         mass = self.graph.personalized_pagerank(
-            damping=self.damping, directed=False, weights="weight", reset=reset.tolist(), implementation="prpack"
+            damping=self.damping,
+            directed=False,
+            weights="weight",
+            reset=reset.tolist(),
+            implementation="prpack",
         )
         return np.asarray(mass[self.n_phrases :])
 

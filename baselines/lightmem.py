@@ -193,8 +193,12 @@ class LightMem(MemorySystem):
         resources: Resources | None = None,
     ) -> None:
         super().__init__(resources)
-        if min(sensory_tokens, short_term_tokens, update_top_k, update_keep) < 1 or (top_k is not None and top_k < 1):
-            raise ValueError("configs/method/lightmem.yaml: buffer sizes, top_k and update sizes must be >= 1")
+        if min(sensory_tokens, short_term_tokens, update_top_k, update_keep) < 1 or (
+            top_k is not None and top_k < 1
+        ):
+            raise ValueError(
+                "configs/method/lightmem.yaml: buffer sizes, top_k and update sizes must be >= 1"
+            )
         self.compress_rate = compress_rate
         self.sensory_tokens, self.short_term_tokens = sensory_tokens, short_term_tokens
         self.top_k, self.update_top_k, self.update_keep = top_k, update_top_k, update_keep
@@ -330,12 +334,16 @@ class LightMem(MemorySystem):
         for r, eid in enumerate(ids):
             allowed = np.flatnonzero(order <= order[r])
             ranked = allowed[np.lexsort((allowed, -sims[r, allowed]))][: self.update_top_k]
-            self.entries[eid].queue = [(ids[c], float(sims[r, c])) for c in ranked if c != r][: self.update_keep]
+            self.entries[eid].queue = [(ids[c], float(sims[r, c])) for c in ranked if c != r][
+                : self.update_keep
+            ]
         snapshot = {i: self.entries[i].text for i in ids}
         targets, calls = [], []
         for tid in ids:
             sources = [
-                e for e in ids if any(q == tid and s >= self.update_threshold for q, s in self.entries[e].queue)
+                e
+                for e in ids
+                if any(q == tid and s >= self.update_threshold for q, s in self.entries[e].queue)
             ]
             if sources:
                 cands = [snapshot[s] for s in sources]
@@ -378,7 +386,9 @@ class LightMem(MemorySystem):
             for e in (self.entries[eid],)
         )
         t2 = time.perf_counter()
-        return RetrievalResult(units=units, timings_ms={"embed": 1000 * (t1 - t0), "search": 1000 * (t2 - t1)})
+        return RetrievalResult(
+            units=units, timings_ms={"embed": 1000 * (t1 - t0), "search": 1000 * (t2 - t1)}
+        )
 
     def stats(self) -> dict[str, Any]:
         return {"entries": len(self.entries)} | self.tally.as_stats()
