@@ -40,7 +40,7 @@ def llm_of(resources: Resources) -> Any:
         return resources.llm
     from allmem.llm import build_llm
 
-    resources.llm = build_llm({"backend": "offline"})
+    resources.llm = build_llm({"backend": "offline", "cache": {"enabled": False}})
     return resources.llm
 
 
