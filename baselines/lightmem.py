@@ -338,13 +338,13 @@ class LightMem(MemorySystem):
                 : self.update_keep
             ]
         snapshot = {i: self.entries[i].text for i in ids}
+        listed_by: dict[str, list[str]] = {i: [] for i in ids}  # target -> the later entries that list it
+        for e in ids:
+            for q in dict.fromkeys(q for q, s in self.entries[e].queue if s >= self.update_threshold):
+                listed_by[q].append(e)
         targets, calls = [], []
         for tid in ids:
-            sources = [
-                e
-                for e in ids
-                if any(q == tid and s >= self.update_threshold for q, s in self.entries[e].queue)
-            ]
+            sources = listed_by[tid]
             if sources:
                 cands = [snapshot[s] for s in sources]
                 variables = {
