@@ -221,16 +221,14 @@ def has_change_cue(text: str) -> bool:
 
 
 _KEYWORDS = KeywordExtractor()
+# YAKE is the costly step: memoise it per text on this extractor, so ``keywords`` (which calls ``phrases``
+# inside) and ``phrases`` run it once per text, shared by every baseline in the process.
+_KEYWORDS.phrases = lru_cache(maxsize=1 << 15)(_KEYWORDS.phrases)  # type: ignore[method-assign]
 
 
 @lru_cache(maxsize=1 << 15)
 def _keywords(text: str, speakers: tuple[str, ...]) -> tuple[str, ...]:
     return _KEYWORDS(text, speakers=speakers)
-
-
-@lru_cache(maxsize=1 << 15)
-def _phrases(text: str) -> tuple[str, ...]:
-    return tuple(_KEYWORDS.phrases(text))
 
 
 @lru_cache(maxsize=1 << 15)
@@ -245,7 +243,7 @@ def keywords(text: str, speakers: Iterable[str] = ()) -> tuple[str, ...]:
 
 def phrases(text: str) -> tuple[str, ...]:
     """YAKE keyphrases only (topics: no speaker, no dates), memoised per text."""
-    return _phrases(text)
+    return tuple(_KEYWORDS.phrases(text))
 
 
 def names(text: str) -> tuple[str, ...]:

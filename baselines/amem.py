@@ -34,6 +34,7 @@ names other than the speaker (``allmem.text.keywords``), topped up with its cont
 context is the speaker's name with the first sentence; tags are the keywords' head words. Evolution: neighbours
 whose index document has cosine ≥ ``evolve_cos`` (0.6) with the new note are linked (strengthen), and the new
 note's keywords that occur in a linked neighbour are added to that neighbour's tags and to the new note's tags.
+Query rewrite: the question's names and content words, comma-separated.
 """
 
 from __future__ import annotations
@@ -58,7 +59,6 @@ from ._common import (
     ask_many,
     content_terms,
     embedder_of,
-    keywords,
     llm_of,
     names,
     phrases,
@@ -124,7 +124,7 @@ class AMemResponder:
         if req.template == "amem_evolve":
             return json.dumps(self.evolve(v["note"], v["neighbour_notes"]), ensure_ascii=False)
         if req.template == "amem_query":
-            kws = keywords(v["question"]) or tuple(content_terms(v["question"]))
+            kws = unique([*names(v["question"]), *content_terms(v["question"])])
             return json.dumps({"keywords": ", ".join(kws) or v["question"]}, ensure_ascii=False)
         raise LLMError(f"AMemResponder: no offline role for template {req.template!r}")
 
