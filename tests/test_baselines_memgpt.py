@@ -62,7 +62,9 @@ def test_eviction_takes_three_quarters_of_the_queue_tokens_and_keeps_the_last_th
     assert [m.turn.id for m in system.queue[1:]] == ["D1:6", "D1:7", "D1:8"]
     for t in TURNS[8:20]:
         system.ingest(t)
-    assert system.evict()  # now 16 messages: the oldest holding just over 75% of the tokens go, summary included
+    assert (
+        system.evict()
+    )  # now 16 messages: the oldest holding just over 75% of the tokens go, summary included
     kept = [m.turn.id for m in system.queue[1:]]
     assert kept[-3:] == ["D1:18", "D1:19", "D1:20"] and 3 <= len(kept) <= 5
     assert system.queue[0].text == "Summary of the earlier conversation: t"
