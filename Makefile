@@ -10,7 +10,7 @@ export WANDB_MODE ?= disabled
 export TOKENIZERS_PARALLELISM := false
 
 # Methods run by `make reproduce` on the full LoCoMo (offline backend).
-METHODS ?= full_history,naive_rag,bm25,allmem_noatc,allmem
+METHODS ?= full_history,naive_rag,bm25,allmem_noatc,allmem,mem0,amem,lightmem,hipporag,memgpt
 # All-Mem (no consolidation) with the other Stage 1 scorers, next to BM25 and Naive RAG.
 STAGE1 ?= stage1_bm25,stage1_hybrid
 REPRO_DIR ?= results/runs/reproduce

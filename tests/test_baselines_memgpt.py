@@ -1,0 +1,130 @@
+"""MemGPT's main context: bounded queue, one pressure alert before each eviction, recursive summary, paging."""
+
+from __future__ import annotations
+
+from allmem.systems import Resources
+from allmem.tokens import count_tokens
+from baselines.memgpt import MemGPT
+from tests.baselines_support import TableEmbedder, scripted, seen, turn
+
+TURNS = [
+    turn(
+        f"D1:{i + 1}", "Ana" if i % 2 == 0 else "Ben", f"Message number {i + 1} is about topic {i + 1}.", i, i
+    )
+    for i in range(40)
+]
+
+
+def _system(window: int = 300, **script) -> MemGPT:
+    llm = scripted({"memgpt_pressure": [{"calls": []}] * 50, **script})
+    return MemGPT(
+        context_window=window, system_tokens=60, resources=Resources(embedder=TableEmbedder(), llm=llm)
+    )
+
+
+def test_queue_bounded_one_warning_per_eviction_summary_heads_queue() -> None:
+    system = _system(memgpt_summarize=["first summary", "second summary", "third summary", "fourth", "fifth"])
+    system.reset("conv-t")
+    events = []
+    for t in TURNS:
+        before = (system.tally["pressure_alerts"], system.tally["evictions"])
+        system.ingest(t)
+        assert system.context_tokens() <= system.window
+        after = (system.tally["pressure_alerts"], system.tally["evictions"])
+        events += ["alert"] * (after[0] - before[0]) + ["evict"] * (after[1] - before[1])
+    assert events.count("evict") >= 2
+    assert events[: 2 * events.count("evict")] == ["alert", "evict"] * events.count(
+        "evict"
+    )  # exactly one alert each
+
+    head = system.queue[0]
+    assert head.turn is None and head.text.startswith("Summary of the earlier conversation: ")
+    in_queue = {m.turn.id for m in system.queue if m.turn is not None}
+    evicted = [t for t in TURNS if t.id not in in_queue]
+    assert evicted and all(t in system.recall for t in evicted)  # evicted turns: recall storage only
+    assert system.archival == {} and len(system.recall) == len(TURNS)
+    # recursive: the second summary call sees the first summary as its oldest message
+    calls = seen(system.llm, "memgpt_summarize")
+    assert calls[1].variables["messages"].startswith("Summary of the earlier conversation: first summary")
+    assert calls[0].variables["word_limit"] == "100"
+    assert len(system.queue) >= 4
+
+
+def test_eviction_takes_three_quarters_of_the_queue_tokens_and_keeps_the_last_three() -> None:
+    system = _system(window=10_000, memgpt_summarize=["s", "t"])
+    system.reset("conv-t")
+    for t in TURNS[:8]:
+        system.ingest(t)
+    sizes = [m.tokens for m in system.queue]
+    assert max(sizes) - min(sizes) <= 1  # eight messages of (nearly) equal size
+    assert system.evict()
+    # 75% of the tokens is six messages, but the last three are never summarised: the first five go
+    assert [m.turn.id for m in system.queue[1:]] == ["D1:6", "D1:7", "D1:8"]
+    for t in TURNS[8:20]:
+        system.ingest(t)
+    assert (
+        system.evict()
+    )  # now 16 messages: the oldest holding just over 75% of the tokens go, summary included
+    kept = [m.turn.id for m in system.queue[1:]]
+    assert kept[-3:] == ["D1:18", "D1:19", "D1:20"] and 3 <= len(kept) <= 5
+    assert system.queue[0].text == "Summary of the earlier conversation: t"
+    assert system.queue[0].tokens == count_tokens(system.queue[0].text)
+
+
+def test_search_pages_return_items_six_to_ten() -> None:
+    system = _system(window=100_000)
+    system.reset("conv-t")
+    for t in TURNS[:12]:
+        system.ingest(t)
+    inserts = [
+        {"name": "archival_memory_insert", "arguments": {"content": f"fact {i} topic", "sources": [t.id]}}
+        for i, t in enumerate(TURNS[:12])
+    ]
+    inserts.append({"name": "archival_memory_insert", "arguments": {"content": "x", "sources": ["D9:9"]}})
+    system.run_write_calls(inserts)
+    assert system.tally["skipped_unknown_source"] == 1 and system.archival["a12"].sources == ()
+    ranking = [i for i, _ in system.index.search(system.embedder.encode_one("topic"), None)]
+    page1 = system.run_search({"name": "archival_memory_search", "arguments": {"query": "topic", "page": 1}})
+    assert [u.id for u in page1] == ranking[5:10]
+    recall1 = system.run_search({"name": "conversation_search", "arguments": {"query": "MESSAGE", "page": 1}})
+    assert [u.id for u in recall1] == [t.id for t in TURNS[5:10]]  # chronological, case-insensitive
+    bad = system.run_search({"name": "conversation_search", "arguments": {"query": "x", "page": "one"}})
+    assert bad == [] and system.tally["skipped_bad_arguments"] == 1
+
+
+def test_query_order_and_core_memory_limits() -> None:
+    search = {
+        "calls": [
+            {"name": "conversation_search", "arguments": {"query": "number 3 ", "page": 0}},
+            {"name": "open_the_pod_bay_doors", "arguments": {}},
+        ]
+    }
+    system = _system(window=100_000, memgpt_search=[search])
+    system.reset("conv-t")
+    for t in TURNS[:6]:
+        system.ingest(t)
+    system.core_char_limit = 40
+    system.run_write_calls(
+        [
+            {"name": "core_memory_append", "arguments": {"name": "human", "content": "Ana likes tea.", "sources": ["D1:1"]}},
+            {"name": "core_memory_append", "arguments": {"name": "human", "content": "Ben runs every single morning."}},
+            {"name": "core_memory_append", "arguments": {"name": "robot", "content": "x"}},
+        ]
+    )  # fmt: skip
+    assert system.core["human"].text == "Ana likes tea." and system.tally["skipped_core_full"] == 1
+    assert system.tally["skipped_unknown_block"] == 1
+    res = system.retrieve("What is number 3 about?")
+    ids = [u.id for u in res.units]
+    assert ids == [
+        "D1:3",
+        "D1:6",
+        "D1:5",
+        "D1:4",
+        "D1:2",
+        "D1:1",
+        "core:human",
+    ]  # search, queue newest first, core
+    assert res.units[-1].source_ids == ("D1:1",)
+    assert [u.score for u in res.units] == sorted((u.score for u in res.units), reverse=True)
+    assert system.tally["skipped_unknown_function"] == 1
+    assert seen(system.llm, "memgpt_search")[0].phase == "retrieve"
