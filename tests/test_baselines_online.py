@@ -120,6 +120,7 @@ def test_online_prompts_then_replay_makes_no_request(
 
         replay = _run([*common, f"run.root={tmp_path / 'replay'}", "llm=replay"])
         assert stub.count == n_requests  # nothing was sent
+
         def strip(rs: list[dict]) -> list[dict]:
             """Predictions without what a replay changes by design: latencies and the answer's cached flag."""
             out = [{k: v for k, v in r.items() if k != "latency_ms"} for r in rs]
