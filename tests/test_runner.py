@@ -129,7 +129,10 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path, cache_dir, locomo_path):
     assert k_metrics["cost_all_attempts"]["all"]["calls"] >= c_metrics["cost"]["all"]["calls"]
     assert k_metrics["run"]["attempts"] == 2 and c_metrics["run"]["attempts"] == 1
     manifest = json.loads((killed_root / "r" / rundir.MANIFEST).read_text())
-    assert [(a["attempt"], a["status"]) for a in manifest["attempts"]] == [(1, "interrupted"), (2, "complete")]
+    assert [(a["attempt"], a["status"]) for a in manifest["attempts"]] == [
+        (1, "interrupted"),
+        (2, "complete"),
+    ]
     assert all(a["git"]["sha"] and a["data_digest"] and a["started_at"] for a in manifest["attempts"])
     assert len(rundir.read_jsonl(killed_root / "r" / rundir.SYSTEM_STATS)) == 1
 
