@@ -14,6 +14,11 @@ METHODS ?= full_history,naive_rag,bm25,allmem_noatc,allmem,mem0,amem,lightmem,hi
 # All-Mem (no consolidation) with the other Stage 1 scorers, next to BM25 and Naive RAG.
 STAGE1 ?= stage1_bm25,stage1_hybrid
 REPRO_DIR ?= results/runs/reproduce
+# torch's CPU build (the CUDA build that plain PyPI serves is several GB): pip looks in TORCH_INDEX too, and
+# the CPU wheels there (2.13.0+cpu) win. Where pip already finds a local CPU wheel, the index may be unreachable:
+# one quick warning. TORCH_INDEX= (empty) installs whatever PyPI serves, e.g. for a CUDA machine.
+TORCH ?= torch==2.13.0
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
 .PHONY: help setup test reproduce lint format table clean bench
 
@@ -23,11 +28,11 @@ help: ## List the targets
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PY_SYS) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q torch==2.13.0   # first: the CPU wheel on local disk (see README)
+	$(PY) -m pip install -q --retries 0 "$(TORCH)" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 	$(PY) -m pip install -q -e '.[dev]'
 	@touch $(STAMP)
 
-setup: $(STAMP) ## Create .venv and install torch (CPU) then allmem; idempotent
+setup: $(STAMP) ## Create .venv and install torch (CPU build; TORCH_INDEX= for PyPI's) then allmem; idempotent
 
 test: $(STAMP) ## Run the test suite (offline)
 	$(PY) -m pytest tests

@@ -1,11 +1,13 @@
 """The ``allmem`` command.
 
     allmem run [-m] [OVERRIDES...]        run (or sweep) a config: dataset=locomo method=bm25 budget.tokens=1024
-    allmem score FILE [--protocol NAME]   rescore a predictions.jsonl and print the metrics as JSON
+    allmem score RUN_DIR [--protocol NAME] rescore a run's predictions and print the metrics as JSON
     allmem report DIR [--out FILE]        Markdown tables from the complete run directories under DIR
     allmem download locomo|longmemeval_s  fetch a public dataset into data/ and verify it
 
-``allmem run --help`` shows Hydra's help with every config group and its options.
+``allmem run --help`` shows Hydra's help with every config group and its options. Expected errors (bad config
+or input, missing data or key, a held lock, failed questions) print one line and exit 1; HYDRA_FULL_ERROR=1
+shows the traceback.
 """
 
 from __future__ import annotations
@@ -32,14 +34,25 @@ def _run(argv: list[str]) -> int:
     import hydra
     from omegaconf import DictConfig
 
+    import allmem.paths  # noqa: F401 - registers the ${allmem.repo:...} resolver the configs use
     from allmem.runner import run
 
     if not CONFIG_DIR.is_dir():
         print(f"allmem: config folder not found: {CONFIG_DIR}", file=sys.stderr)
         return 2
 
+    from allmem.errors import expected_errors, one_line
+
+    expected = expected_errors()
+
     def main(cfg: DictConfig) -> None:
-        run(cfg)
+        try:
+            run(cfg)
+        except expected as exc:
+            if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                raise
+            print(f"allmem run: error: {one_line(exc)}", file=sys.stderr)
+            sys.exit(1)
 
     sys.argv = ["allmem run", *argv]
     hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")(main)()

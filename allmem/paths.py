@@ -2,8 +2,10 @@
 
 A run must find its data the same way on a developer's checkout, in CI (a fresh clone with ``../shared`` beside
 it) and after ``allmem download``: an explicit ``dataset.path`` wins, then ``data/`` inside the repository (what
-``allmem download`` fills), then ``../shared/data`` beside the repository. Nothing here creates folders or reads
-the network: callers decide when to write.
+``allmem download`` fills), then ``../shared/data`` beside the repository. Results and caches default to folders
+of the repository too (``configs/paths/default.yaml`` uses the ``${allmem.repo:<sub>}`` resolver registered
+here), never to the current directory by accident. Nothing here creates folders or reads the network: callers
+decide when to write.
 """
 
 from __future__ import annotations
@@ -29,6 +31,14 @@ DATASETS: dict[str, DatasetFiles] = {
         "longmemeval", ("longmemeval_s_cleaned.json", "longmemeval_s.json"), "LongMemEval-s"
     ),
 }
+
+
+def _register_resolver() -> None:
+    """``${allmem.repo:results}`` → ``<repository root>/results`` in configs (registered once, on import)."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("allmem.repo"):
+        OmegaConf.register_new_resolver("allmem.repo", lambda sub="": str(repo_root() / str(sub)))
 
 
 class DataNotFoundError(FileNotFoundError):
@@ -90,9 +100,11 @@ def resolve_data_path(dataset: str, path: str | os.PathLike[str] | None, *, root
     for cand in candidates:
         if cand.exists():
             return cand
-    looked = "\n  ".join(str(c) for c in candidates)
+    looked = ", ".join(str(c) for c in candidates)
     raise DataNotFoundError(
-        f"{spec.title} not found. Looked in:\n  {looked}\n"
-        f"Run `allmem download {dataset}` (writes {base / 'data' / spec.folder / spec.files[0]}) "
-        f"or set dataset.path=/path/to/{spec.files[0]}"
+        f"{spec.title} not found (looked in {looked}): run `allmem download {dataset}` "
+        f"(writes {base / 'data' / spec.folder / spec.files[0]}) or set dataset.path=/path/to/{spec.files[0]}"
     )
+
+
+_register_resolver()

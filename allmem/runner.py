@@ -1,8 +1,14 @@
 """The runner: stream each dialogue into a memory system, ask its questions, pack, answer, score.
 
-Reads top to bottom as the data flow: load → build → (per dialogue) ingest → (per question) retrieve → pack →
-generate → judge → write one prediction line; then score and seal the run directory. The harness owns the
-budget, generation and scoring; memory systems only ingest and retrieve.
+Reads top to bottom as the data flow: check and load → build → lock the run directory → (per dialogue) ingest →
+(per question) retrieve → pack → generate → judge → write one prediction line; then score and seal the run
+directory. The harness owns the budget, generation and scoring; memory systems only ingest and retrieve.
+
+Failure rule: everything that can be checked before the run directory exists is (``allmem.preflight``, building
+every component), so a run that cannot work leaves nothing behind. A question whose LLM calls (ingestion of its
+dialogue, retrieval, answer, judge) failed after their retries is written with its ``error`` and does not count
+as answered; the run then ends with ``RunFailed`` (one line: how many failed, the endpoint, the last error) and
+no ``DONE``, so the next run asks exactly those questions again. A failed run never looks like a result.
 """
 
 from __future__ import annotations
@@ -20,8 +26,9 @@ from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
-from allmem import rundir
+from allmem import attempts, preflight, rundir
 from allmem.budget import pack
+from allmem.errors import ConfigError, RunFailed
 from allmem.metrics import score_records
 from allmem.metrics.protocols import Protocol
 from allmem.metrics.retrieval import rank_source_ids
@@ -49,6 +56,10 @@ def build(node: DictConfig, **available: Any) -> Any:
         raise ValueError(f"config node has no importable _target_: {target!r}")
     accepted = inspect.signature(factory).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
+    unknown = sorted(k for k in params if not takes_any and k not in accepted)
+    if unknown:
+        known = ", ".join(k for k in accepted if k not in available and k != "self")
+        raise ConfigError(f"{target}: unknown argument(s) {', '.join(unknown)}; it takes: {known}")
     for key, value in available.items():
         if (takes_any or key in accepted) and params.get(key) is None:
             params[key] = value
@@ -148,6 +159,8 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
     """Run one configuration end to end; returns its run directory. Skips a complete run, resumes a partial one.
 
     ``overrides`` (default: the Hydra job's) name the directory: ``<dataset>/<method>[,<overrides>]-<hash>``.
+    Raises ``RunFailed`` when questions failed (nothing sealed); the other expected errors are listed in
+    ``allmem.errors.expected_errors``.
     """
     overrides = task_overrides() if overrides is None else list(overrides)
     digest = rundir.data_digest(cfg)
@@ -157,59 +170,193 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
         print(f"[allmem] skip (complete): {run_dir}")
         return run_dir
     t_start = time.perf_counter()
-    progress = bool(cfg.run.progress)
-    dialogues = load_dataset(cfg.dataset)  # before the run directory exists: bad input leaves nothing behind
-    rundir.prepare(run_dir, cfg)
-    embedder_cache = cfg.embedder.get("cache_dir") or Path(cfg.paths.cache_dir) / "embeddings"
-    embedder = build(cfg.embedder, cache_dir=embedder_cache)
-    llm = _build_llm(cfg, run_dir)
-    resources = Resources(embedder=embedder, llm=llm, run_dir=run_dir)
-    generator = build(cfg.generator, embedder=embedder, llm=llm)
-    system: MemorySystem = build(cfg.method, resources=resources)
-    backend = _backend(cfg, llm)
+    # Everything that can fail on input or config fails here, before the run directory exists.
+    preflight.check_config(cfg)
+    dialogues = load_dataset(cfg.dataset)
+    input_counts = preflight.check_data(dialogues, cfg)
+    protocol: Protocol = _built("protocol", lambda: instantiate(cfg.protocol))
+    svc = _Services.build(cfg, run_dir)
+    backend = _backend(cfg, svc.llm)
     data_files = sorted({Path(d.source) for d in dialogues if d.source})
-    rundir.write_json(run_dir / rundir.MANIFEST, rundir.manifest(data_files, backend))
-    protocol: Protocol = instantiate(cfg.protocol)
-    judge = _judge_fn(cfg, llm, protocol)
 
-    done = rundir.completed_ids(run_dir)
-    n_total = sum(len(d.questions) for d in dialogues)
-    bar = tqdm(total=n_total, initial=len(done), desc=f"{cfg.method.name}", unit="q", disable=not progress)
-    with (
-        rundir.JsonlWriter(run_dir / rundir.PREDICTIONS) as out,
-        rundir.JsonlWriter(run_dir / rundir.SYSTEM_STATS) as stats_out,
-    ):
-        for dialogue in dialogues:
-            todo = [q for q in dialogue.questions if q.id not in done]
-            if not todo:
-                continue
-            with ledger_scope(llm, dialogue_id=dialogue.id):
-                timing = ingest(system, dialogue, progress)
-            stats_out.write({"dialogue_id": dialogue.id, **timing, **system.stats()})
-            for question in todo:
-                with ledger_scope(llm, dialogue_id=dialogue.id, question_id=question.id):
-                    pred = answer_question(
-                        system, generator, question, int(cfg.budget.tokens), cfg.run.seed, judge, protocol
-                    )
-                out.write(pred.to_json())
-                bar.update(1)
-    bar.close()
+    with attempts.RunLock(run_dir):
+        if rundir.is_complete(run_dir):  # another process finished it while this one was starting
+            print(f"[allmem] skip (complete): {run_dir}")
+            return run_dir
+        rundir.prepare(run_dir, cfg)
+        attempt = attempts.begin(run_dir, data_files, backend, digest)
+        if svc.ledger is not None:
+            svc.ledger.set_attempt(attempt)
+        done, redo = attempts.resume(run_dir, dialogues)
+        status, stopped = "crashed", None
+        try:
+            stopped = _answer_all(cfg, svc, protocol, dialogues, done, set(redo), attempt)
+            status = "stopped" if stopped else "finished"
+        finally:
+            records = rundir.read_jsonl(run_dir / rundir.PREDICTIONS)
+            failed = [r for r in records if r.get("error") is not None]
+            if status == "finished":
+                status = "failed" if failed else "complete"
+            attempts.end(
+                run_dir, attempt, status, answered=len(records) - len(failed), failed=len(failed),
+                failed_ids=[r["question_id"] for r in failed][:100],
+                last_error=str(stopped) if stopped else (failed[-1]["error"] if failed else None),
+                wall_s=round(time.perf_counter() - t_start, 3),
+            )  # fmt: skip
+        if status != "complete":
+            raise RunFailed(_summary(records, failed, stopped, svc, run_dir))
 
-    records = rundir.read_jsonl(run_dir / rundir.PREDICTIONS)
-    metrics = score_records(records, protocol)
-    metrics["run"] = {
-        "label": rundir.run_label(cfg, overrides),
-        "config_hash": rundir.config_hash(cfg, digest),
-    }
-    metrics["backend"] = backend
-    metrics["cost"] = _cost(llm)
-    metrics["system"] = _system_summary(rundir.read_jsonl(run_dir / rundir.SYSTEM_STATS))
-    metrics["wall_s_last_session"] = time.perf_counter() - t_start
-    rundir.write_json(run_dir / rundir.METRICS, metrics)
-    _log_wandb(cfg, metrics)
-    (run_dir / rundir.DONE).write_text("complete\n")
+        metrics = score_records(records, protocol)
+        metrics["run"] = {
+            "label": rundir.run_label(cfg, overrides),
+            "config_hash": rundir.config_hash(cfg, digest),
+            "attempts": attempt,
+        }
+        metrics["backend"] = backend
+        metrics |= attempts.run_cost(run_dir)
+        metrics["inputs"] = input_counts
+        metrics["system"] = _system_summary(rundir.read_jsonl(run_dir / rundir.SYSTEM_STATS))
+        metrics["wall_s_last_session"] = time.perf_counter() - t_start
+        rundir.write_json(run_dir / rundir.METRICS, metrics)
+        _log_wandb(cfg, metrics)
+        rundir.write_atomic(run_dir / rundir.DONE, "complete\n")
     print(f"[allmem] done: {run_dir}")
     return run_dir
+
+
+def _answer_all(
+    cfg: DictConfig, svc: _Services, protocol: Protocol, dialogues: list[Dialogue], done: set[str],
+    redo: set[str], attempt: int,
+) -> BaseException | None:  # fmt: skip
+    """Ingest every dialogue in ``redo`` and answer its unanswered questions, appending each record as it is
+    made. Returns the ``CircuitOpen`` that stopped the attempt early, else None."""
+    from allmem.llm.client import CircuitOpen
+
+    run_dir, ledger = svc.run_dir, svc.ledger
+    judge = _judge_fn(cfg, svc.llm, protocol)
+    n_total = sum(len(d.questions) for d in dialogues)
+    bar = tqdm(
+        total=n_total, initial=len(done), desc=f"{cfg.method.name}", unit="q", disable=not cfg.run.progress
+    )
+    try:
+        with (
+            rundir.JsonlWriter(run_dir / rundir.PREDICTIONS) as out,
+            rundir.JsonlWriter(run_dir / rundir.SYSTEM_STATS) as stats_out,
+        ):
+            for dialogue in dialogues:
+                todo = [q for q in dialogue.questions if q.id not in done]
+                if dialogue.id not in redo or not todo:
+                    continue
+                before = _failures(ledger)
+                with ledger_scope(svc.llm, dialogue_id=dialogue.id):
+                    timing = ingest(svc.system, dialogue, bool(cfg.run.progress))
+                broke = _new_failures(ledger, before)
+                stats_out.write(
+                    {"dialogue_id": dialogue.id, "attempt": attempt, **timing, **svc.system.stats()}
+                )
+                for question in todo:
+                    if broke:  # its memory is incomplete: do not pay for answers that cannot count
+                        pred = _failed(question, f"ingest of {dialogue.id}: {broke}", attempt)
+                    else:
+                        before = _failures(ledger)
+                        with ledger_scope(svc.llm, dialogue_id=dialogue.id, question_id=question.id):
+                            pred = answer_question(
+                                svc.system, svc.generator, question, int(cfg.budget.tokens), int(cfg.run.seed),
+                                judge, protocol, attempt,
+                            )  # fmt: skip
+                        lost = _new_failures(ledger, before)
+                        if lost and pred.error is None:  # e.g. a retrieval-phase call of the memory system
+                            pred = replace(pred, error=lost)
+                    out.write(pred.to_json())
+                    bar.update(1)
+    except CircuitOpen as exc:
+        return exc
+    finally:
+        bar.close()
+    return None
+
+
+def _failed(question: Question, error: str, attempt: int) -> Prediction:
+    """The record of a question that could not be answered: no prediction, the reason, nothing scored."""
+    return Prediction(
+        question_id=question.id, dialogue_id=question.dialogue_id, question=question.text, prediction="",
+        gold=question.gold, evidence=question.evidence, ranked_source_ids=(), category=question.category,
+        question_type=question.question_type, error=error, attempt=attempt,
+    )  # fmt: skip
+
+
+def _failures(ledger: Any) -> dict[str, int]:
+    return ledger.failures() if ledger is not None else {}
+
+
+def _new_failures(ledger: Any, before: dict[str, int]) -> str | None:
+    """``"2 write calls failed (last: ...)"`` for calls that failed after their retries since ``before``."""
+    if ledger is None:
+        return None
+    now = ledger.failures()
+    diff = {phase: n - before.get(phase, 0) for phase, n in now.items() if n > before.get(phase, 0)}
+    if not diff:
+        return None
+    parts = ", ".join(f"{n} {phase}" for phase, n in sorted(diff.items()))
+    return f"LLM calls failed after their retries ({parts}); last: {ledger.last_error}"
+
+
+def _summary(
+    records: list[dict[str, Any]], failed: list[dict[str, Any]], stopped: BaseException | None, svc: _Services,
+    run_dir: Path,
+) -> str:  # fmt: skip
+    """The one line a failed run ends with: how many failed, where the LLM is, the last error, what to do."""
+    endpoint = svc.llm.endpoint() if hasattr(svc.llm, "endpoint") else "?"
+    last = str(stopped) if stopped is not None else (failed[-1]["error"] if failed else "?")
+    head = (
+        f"{len(failed)} of {len(records)} questions failed"
+        if failed
+        else "stopped before any question failed"
+    )
+    if stopped is not None and failed:
+        head += ", then the run stopped early"
+    return (
+        f"{head} (LLM endpoint {endpoint}; last error: {last}); {run_dir} is not complete (no DONE): "
+        "run the same command again to retry only the failed and missing questions"
+    )
+
+
+def _built(group: str, make: Callable[[], Any]) -> Any:
+    """Build one component; a bad argument or value is a config error naming the group, not a traceback."""
+    try:
+        return make()
+    except ConfigError as exc:
+        raise ConfigError(f"{group}: {exc}") from exc
+    except (TypeError, ValueError) as exc:
+        from benchmarks.errors import DatasetError
+
+        if isinstance(exc, DatasetError):
+            raise
+        raise ConfigError(f"{group}: {exc}") from exc
+
+
+class _Services:
+    """The components a run uses, built before its directory exists (building checks their arguments)."""
+
+    def __init__(self, run_dir: Path, llm: Any, embedder: Any, generator: Any, system: MemorySystem) -> None:
+        self.run_dir, self.llm, self.embedder, self.generator, self.system = (
+            run_dir,
+            llm,
+            embedder,
+            generator,
+            system,
+        )
+        self.ledger = getattr(llm, "ledger", None)
+
+    @classmethod
+    def build(cls, cfg: DictConfig, run_dir: Path) -> _Services:
+        embedder_cache = cfg.embedder.get("cache_dir") or Path(cfg.paths.cache_dir) / "embeddings"
+        embedder = _built("embedder", lambda: build(cfg.embedder, cache_dir=embedder_cache))
+        llm = _built("llm", lambda: _build_llm(cfg, run_dir))
+        resources = Resources(embedder=embedder, llm=llm, run_dir=run_dir)
+        generator = _built("generator", lambda: build(cfg.generator, embedder=embedder, llm=llm))
+        system = _built("method", lambda: build(cfg.method, resources=resources))
+        return cls(run_dir, llm, embedder, generator, system)
 
 
 def _build_llm(cfg: DictConfig, run_dir: Path) -> Any:
@@ -248,16 +395,8 @@ def _judge_fn(
     return lambda record: judge_record(llm, record, protocol)
 
 
-def _cost(llm: Any) -> dict[str, Any]:
-    """Per-phase LLM totals (calls, tokens, latency, cache hits); priced at report time (llm.prices, ledger.price_run)."""
-    if hasattr(llm, "totals"):
-        return llm.totals()
-    ledger = getattr(llm, "ledger", None)
-    return ledger.totals() if ledger is not None else {}
-
-
 def _system_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per-dialogue system stats (last line per dialogue wins: a resumed dialogue is re-ingested)."""
+    """Per-dialogue system stats (one line per dialogue: a resumed attempt drops the lines it re-ingests)."""
     by_dialogue: dict[str, dict[str, Any]] = {}
     for row in rows:
         by_dialogue[row["dialogue_id"]] = row

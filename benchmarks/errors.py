@@ -59,6 +59,14 @@ class Where:
         if not isinstance(value, seq) or is_bool_as_number:
             shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
             raise self.error(field, f"expected {_type_name(types)}, got {type(value).__name__} {shown}")
+        if isinstance(value, str):
+            try:  # JSON may hold "\ud83d" (half a surrogate pair): valid JSON, but no text can be made of it
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                bad = value[exc.start : exc.end]
+                raise self.error(
+                    field, f"text cannot be encoded as UTF-8: lone surrogate {bad!r} at character {exc.start}"
+                ) from None
         return value
 
     def get(

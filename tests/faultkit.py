@@ -1,0 +1,106 @@
+"""Support for the fault tests: a model-free embedder the CLI can build, and a way to run the real CLI quickly.
+
+``HashEmbedder`` is importable by an ``allmem run`` subprocess (``embedder._target_=faultkit.HashEmbedder``
+with this folder on ``PYTHONPATH``): where the embedding model is not the point, a run then takes seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+FIXTURES = TESTS / "fixtures"
+
+
+class HashEmbedder:
+    """Hashed bag of words, L2-normalised (the interface the readers and memory systems use)."""
+
+    def __init__(self, dim: int = 64, **_: object) -> None:
+        self.dim = dim
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, text in enumerate(texts):
+            for word in re.findall(r"[a-z0-9]+", text.lower()):
+                out[i, hashlib.sha1(word.encode()).digest()[0] % self.dim] += 1.0
+            out[i] /= np.linalg.norm(out[i]) or 1.0
+        return out
+
+    def encode_one(self, text: str) -> np.ndarray:
+        return self.encode([text])[0]
+
+
+@dataclass
+class Result:
+    rc: int
+    out: str
+    err: str
+
+    @property
+    def err_lines(self) -> list[str]:
+        return [line for line in self.err.splitlines() if line.strip()]
+
+    def last_line(self) -> str:
+        return self.err_lines[-1] if self.err_lines else ""
+
+
+def common(tmp: Path, hashed: bool = True, cache: Path | None = None) -> list[str]:
+    """Overrides that keep a run inside ``tmp`` (results, caches, Hydra's own folder) and quiet; ``hashed``: the
+    model-free embedder; ``cache``: another cache folder (to share one between runs)."""
+    out = [
+        f"run.root={tmp / 'runs'}", f"paths.cache_dir={cache or tmp / 'cache'}", f"hydra.run.dir={tmp / 'hydra'}",
+        f"hydra.sweep.dir={tmp / 'hydra-m'}", "run.progress=false",
+    ]  # fmt: skip
+    if hashed:
+        out.append("embedder._target_=faultkit.HashEmbedder")
+    return out
+
+
+def env(**extra: str) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "HYDRA_FULL_ERROR")}
+    path = os.pathsep.join(p for p in (str(TESTS), base.get("PYTHONPATH", "")) if p)
+    return base | {"PYTHONPATH": path, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"} | extra
+
+
+def allmem_run(
+    tmp: Path, *args: str, environ: dict[str, str] | None = None, timeout: float = 300, hashed: bool = True,
+    cache: Path | None = None,
+) -> Result:  # fmt: skip
+    """``allmem run`` as a user types it, from a folder outside the checkout (``tmp``)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "allmem.cli", "run", *common(tmp, hashed, cache), *args],
+        cwd=tmp, env=environ or env(), capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+def popen_run(tmp: Path, *args: str, environ: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "allmem.cli", "run", *common(tmp), *args],
+        cwd=tmp, env=environ or env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def run_dirs(tmp: Path) -> list[Path]:
+    """Every run directory made under ``tmp`` (a folder holding config.yaml or a lock)."""
+    root = tmp / "runs"
+    return (
+        sorted({p.parent for p in root.rglob("*") if p.name in ("config.yaml", ".lock")})
+        if root.exists()
+        else []
+    )
+
+
+def done_dir(result: Result) -> Path:
+    lines = [x for x in result.out.splitlines() if x.startswith("[allmem] done: ")]
+    assert lines, f"no done line (rc={result.rc}):\n{result.err[-3000:]}"
+    return Path(lines[-1].removeprefix("[allmem] done: "))
