@@ -1,4 +1,6 @@
-"""The local sentence embedder (all-MiniLM-L6-v2) with an on-disk cache, so reruns never re-encode.
+"""The local sentence embedder (all-MiniLM-L6-v2) with an on-disk cache, and a model-free stand-in for tests.
+
+Both are selected by the ``embedder`` config group (``embedder=minilm``, the default; ``embedder=hash``).
 
 Why a cache keyed on the model's bytes: the same 6k LoCoMo turns are embedded by every method and every rerun;
 keying only on a model name would silently serve stale vectors after a model change (an anti-pattern seen in this
@@ -251,3 +253,52 @@ class Embedder:
         if self._store is not None:
             self._store.close()
             self._store = None
+
+
+class HashEmbedder:
+    """Model-free embeddings by the hashing trick (signed feature hashing of words, L2-normalised rows).
+
+    Why it exists: tests and the ``debug`` config (``+debug=default``) run every method end to end in seconds,
+    with no model load. Texts that share words get similar vectors, which is all those runs need. It is never a
+    fallback: only ``embedder=hash`` selects it, and its ``identity`` names it in every cache key and manifest.
+    Words are ``allmem.text.words`` (the tokeniser of every lexical component); hashing is scikit-learn's
+    ``HashingVectorizer`` (MurmurHash3, fixed seed), so vectors are identical across runs and machines.
+    """
+
+    def __init__(self, dim: int = 64) -> None:
+        if dim < 2:
+            raise ValueError(f"HashEmbedder: dim must be >= 2, got {dim}")
+        from sklearn.feature_extraction.text import HashingVectorizer
+
+        from allmem.text import words
+
+        self.dim = dim
+        self.name = "hash"
+        self.hits = 0
+        self.misses = 0
+        self._vectorizer = HashingVectorizer(n_features=dim, analyzer=words, alternate_sign=True, norm="l2")
+
+    @property
+    def identity(self) -> str:
+        return f"{self.name}@dim{self.dim}"
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """``(len(texts), dim)`` float32, rows L2-normalised (all-zero for a text without words), in input order."""
+        if isinstance(texts, str):
+            raise TypeError("HashEmbedder.encode expects a sequence of strings; use encode_one for one text")
+        if not len(texts):
+            return np.zeros((0, self.dim), dtype=np.float32)
+        self.misses += len(texts)
+        return self._vectorizer.transform(list(texts)).toarray().astype(np.float32)
+
+    def encode_one(self, text: str) -> np.ndarray:
+        """``(dim,)`` float32 unit vector (all-zero for a text without words)."""
+        if not isinstance(text, str):
+            raise TypeError(f"HashEmbedder.encode_one expects str, got {type(text).__name__}")
+        return self.encode([text])[0]
+
+    def stats(self) -> dict[str, Any]:
+        return {"model": self.identity, "hits": self.hits, "misses": self.misses}
+
+    def close(self) -> None:
+        """Nothing to release (same interface as ``Embedder``)."""

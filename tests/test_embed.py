@@ -1,11 +1,11 @@
-"""Embedder: shape/dtype/norm, determinism, and the on-disk cache (counted, not timed)."""
+"""Embedder: shape/dtype/norm, determinism, the on-disk cache (counted, not timed); the model-free HashEmbedder."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from allmem.embed import Embedder, model_fingerprint, text_key
+from allmem.embed import Embedder, HashEmbedder, model_fingerprint, text_key
 
 TEXTS = [
     "Caroline: I went to a LGBTQ support group yesterday.",
@@ -85,3 +85,25 @@ def test_bad_input_is_a_clear_error(tmp_path) -> None:
         emb.encode("not a list")
     with pytest.raises(FileNotFoundError, match="model_path"):
         Embedder(model_path=tmp_path / "nope")
+
+
+def test_hash_embedder_is_a_signed_bag_of_words() -> None:
+    """Words hash to distinct buckets at this width, so cosines are the bag-of-words values worked out by hand."""
+    e = HashEmbedder(dim=1 << 16)
+    red_bike, red_car, red_red_bike, red = e.encode(["Red, bike!", "red car", "red red bike", "RED"])
+    assert abs(float(red_bike @ red_car) - 0.5) < 1e-6  # (1,1,0)·(1,0,1) / (√2·√2)
+    assert abs(float(red_red_bike @ red) - 2 / 5**0.5) < 1e-6  # (2,1)·(1,0) / √5
+    np.testing.assert_array_equal(red_bike, e.encode_one("red bike"))  # case and punctuation ignored
+    assert e.encode(["", "?!"]).any() == False  # noqa: E712 - a text without words is the zero vector
+    assert e.encode([]).shape == (0, 1 << 16) and red.dtype == np.float32
+
+
+def test_hash_embedder_is_deterministic_across_instances_and_never_loads_a_model() -> None:
+    a, b = HashEmbedder(), HashEmbedder()
+    np.testing.assert_array_equal(a.encode(TEXTS), b.encode(TEXTS))
+    np.testing.assert_allclose(np.linalg.norm(a.encode(TEXTS), axis=1), 1.0, atol=1e-6)
+    assert a.identity == "hash@dim64" and not hasattr(a, "_model")
+    with pytest.raises(TypeError):
+        a.encode("not a list")
+    with pytest.raises(ValueError, match="dim"):
+        HashEmbedder(dim=1)

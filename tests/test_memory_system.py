@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 from omegaconf import OmegaConf
-from test_memory_fakes import T0, HashEmbedder, make_turns
 
+from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
 from allmem.memory.system import AllMem
 from allmem.systems import Resources
 from allmem.types import SessionInfo
+from tests.fakes import T0, make_turns
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 SESSIONS = [

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
-from test_memory_fakes import HashEmbedder, echo_describe, failing_describe, make_turns
 
+from allmem.embed import HashEmbedder
 from allmem.memory.bank import MemoryBank
 from allmem.memory.write import OnlineWriter, WriteConfig, clean_evidence, embed_text
+from tests.fakes import echo_describe, failing_describe, make_turns
 
 TEXTS = [
     "Ann loves hiking in the Alps every summer",
@@ -102,3 +103,8 @@ def test_clean_evidence_and_embed_formats() -> None:
     assert clean_evidence([rec]) == "Ann: look [image: a dog on a beach]"
     assert embed_text("s", ["a", "b"]) == "s a, b"
     assert embed_text("s", ["a", "b"], "ref") == "Keywords: a, b\n\nSummary: s"
+
+
+def test_echo_describe_double_keeps_text_and_capitalised_words() -> None:
+    d = echo_describe(None, [{"text": "Ann went to Paris"}])
+    assert (d.summary, d.keywords) == ("Ann went to Paris", ("Ann", "Paris"))
