@@ -15,7 +15,7 @@ METHODS ?= full_history,naive_rag,bm25,allmem_noatc,allmem
 STAGE1 ?= stage1_bm25,stage1_hybrid
 REPRO_DIR ?= results/runs/reproduce
 
-.PHONY: help setup test reproduce lint format table clean bench
+.PHONY: help setup test test-fast reproduce lint format table clean bench
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-12s %s\n", $$1, $$2}'
@@ -29,8 +29,11 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP) ## Create .venv and install torch (CPU) then allmem; idempotent
 
-test: $(STAMP) ## Run the test suite (offline)
+test: $(STAMP) ## Run the whole test suite (offline; what CI runs)
 	$(PY) -m pytest tests
+
+test-fast: $(STAMP) ## The suite without the tests marked slow (real LoCoMo, real embedding model)
+	$(PY) -m pytest tests -m "not slow"
 
 reproduce: $(STAMP) ## Run every method on the full LoCoMo (offline backend) and print the results tables
 	$(VENV)/bin/allmem run -m dataset=locomo method=$(METHODS) run.root=$(REPRO_DIR)
