@@ -169,3 +169,19 @@ def test_paper_defaults_are_stated_once_and_the_dataclasses_agree(tmp_path: Path
         WriteConfig.from_dict(method["write"]),
         RetrievalConfig.from_dict(method["retrieval"]),
     )
+
+
+def test_fitted_reader_constants_are_stated_once_and_the_class_agrees() -> None:
+    """``configs/generator/extractive.yaml`` holds the fitted reader settings; the class defaults must equal it
+    (the default ``generator=llm`` builds the reader from those defaults)."""
+    import inspect
+
+    from allmem.reader.extractive import ExtractiveGenerator
+
+    node = OmegaConf.to_container(_compose(["generator=extractive"]).generator, resolve=True)
+    assert isinstance(node, dict)
+    node.pop("_target_")
+    signature = inspect.signature(ExtractiveGenerator).parameters
+    assert {k: signature[k].default for k in node} == node
+    assert set(signature) - set(node) == {"embedder"}  # every setting is stated in the config
+    assert _compose([]).generator.extractive == {}  # generator=llm: the class defaults, i.e. the same values

@@ -15,8 +15,9 @@ linear models with cheap, explainable features do the work:
 
 ``SENTENCE_WEIGHTS`` (coordinate search for the top sentence holding most of the gold's content words) and
 ``SPAN_WEIGHTS`` (least squares on window F1, within-question or pooled, whichever ranks better) were fitted on
-conversations conv-26, 30, 41, 42, 43 only, with BM25 contexts at the 2048-token budget; conv-44 … conv-50 were
-never used to fit anything. ``scripts/fit_extractive.py`` reproduces the fit.
+the fit conversations only (``fit_dialogues`` of ``configs/dataset/locomo.yaml``), with BM25 contexts at the
+2048-token budget; the held-out conversations were never used to fit anything. ``scripts/fit_extractive.py``
+reproduces the fit.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ SPAN_FEATURES = (
     "cap_frac", "quoted", "short_len1", "short_len2", "short_len3", "short_len4plus", "match_len12", "before_q",
     "sentence_end",
 )
-# Fitted on conv-26, 30, 41, 42, 43 by scripts/fit_extractive.py (see module docstring).
+# Fitted on the fit conversations by scripts/fit_extractive.py (see module docstring).
 SENTENCE_WEIGHTS = np.array([1, 0.1, -1, 0.3, 0.05, -0.2, 0.05, 0.05])
 SPAN_WEIGHTS = np.array([
     -0.0000, 0.0996, 0.0141, -0.0178, 0.0081, 0.0000, -0.0372, -0.0201, 0.0009, 0.0092, 0.0195,
