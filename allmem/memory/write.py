@@ -1,4 +1,4 @@
-"""The online write path: descriptor -> embed -> temporal and semantic links -> ATC buffer (METHOD.md).
+"""The online write path: descriptor -> embed -> temporal and semantic links -> ATC buffer (docs/METHOD.md).
 
 Why turns are buffered and written in batches: the descriptor of a turn depends only on its own evidence, and
 its embedding only on the descriptor, so both can be computed for a whole batch at once (one embedder call per

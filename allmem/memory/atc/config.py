@@ -13,7 +13,7 @@ OPS: tuple[str, ...] = ("split", "merge", "update")  # also the fixed execution 
 
 @dataclass(frozen=True)
 class ATCConfig:
-    """Consolidation settings (METHOD.md, ATC). ``theta`` is the shared threshold; ``theta_<op>`` overrides it.
+    """Consolidation settings (docs/METHOD.md, ATC). ``theta`` is the shared threshold; ``theta_<op>`` overrides it.
 
     Triggers: every ``every_sessions`` sessions, and/or every ``every_turns`` turns, and once at the end of the
     stream when ``at_stream_end``; ``enabled: false`` turns ATC off (the no-ATC ablation).
