@@ -1,4 +1,4 @@
-"""Every method and every experiment file runs end to end on the debug config (``+debug=default``).
+"""Every method, experiment file and dataset runs end to end on the debug config (``+debug=default``).
 
 The debug config is the tiny LoCoMo fixture and the model-free hash embedder, so these are real runs through
 ``allmem.runner.run`` (ingest, retrieve, pack, answer, score, seal the run directory) that take seconds. The
@@ -15,6 +15,7 @@ from hydra import compose, initialize_config_dir
 
 from allmem import rundir
 from allmem.runner import run
+from benchmarks import load_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
@@ -38,24 +39,16 @@ def _debug_run(overrides: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def _check_complete(run_dir: Path, cfg) -> list[dict]:  # noqa: ANN001 - a composed DictConfig
-    """A sealed run whose every prediction respects the budget and cites turns of its own dialogue."""
+    """A sealed run: one prediction per question asked, each within the budget and citing its own dialogue."""
     assert (run_dir / rundir.DONE).exists()
     records = rundir.read_jsonl(run_dir / rundir.PREDICTIONS)
-    fixture = json.loads((REPO / str(cfg.dataset.path)).read_text())
-    questions = {s["sample_id"]: len(s["qa"]) for s in fixture}
-    if cfg.dataset.limit_questions is not None:
-        questions = {k: min(n, cfg.dataset.limit_questions) for k, n in questions.items()}
-    if cfg.dataset.limit_dialogues is not None:
-        questions = dict(list(questions.items())[: cfg.dataset.limit_dialogues])
-    assert len(records) == sum(questions.values()) == len({r["question_id"] for r in records})
-    turn_ids = {
-        s["sample_id"]: {t["dia_id"] for k, v in s["conversation"].items() if k.startswith("session_")
-                         and isinstance(v, list) for t in v}
-        for s in fixture
-    }  # fmt: skip
+    dialogues = load_dataset(cfg.dataset)  # the same questions, limits applied, whatever the dataset
+    asked = {q.id for d in dialogues for q in d.questions}
+    assert [r["question_id"] for r in records] == [q.id for d in dialogues for q in d.questions] and asked
+    sources = {d.id: {t.source_id or t.id for t in d.turns()} for d in dialogues}
     for r in records:
         assert r["context_tokens"] <= cfg.budget.tokens
-        assert set(r["ranked_source_ids"]) <= turn_ids[r["dialogue_id"]], r["question_id"]
+        assert set(r["ranked_source_ids"]) <= sources[r["dialogue_id"]], r["question_id"]
     metrics = json.loads((run_dir / rundir.METRICS).read_text())
     assert metrics["backend"]["offline"] is True and metrics["overall"]["judge"] is None
     return records
@@ -78,3 +71,13 @@ def test_every_experiment_file_runs_end_to_end(
     run_dir, cfg = _debug_run([f"+experiment={experiment}"], tmp_path, monkeypatch)
     _check_complete(run_dir, cfg)
     assert run_dir.is_relative_to(tmp_path)
+
+
+@pytest.mark.parametrize("dataset", sorted(p.stem for p in (CONFIGS / "dataset").glob("*.yaml")))
+def test_every_dataset_runs_end_to_end_with_allmem(
+    dataset: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The debug config finds each dataset's tiny fixture; All-Mem with consolidation runs through on it."""
+    run_dir, cfg = _debug_run([f"dataset={dataset}", "method=allmem"], tmp_path, monkeypatch)
+    _check_complete(run_dir, cfg)
+    assert cfg.dataset.path == f"tests/fixtures/{dataset}_tiny.json"
