@@ -20,7 +20,7 @@ REPRO_DIR ?= results/runs/reproduce
 TORCH ?= torch==2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: help setup test reproduce lint format table clean bench
+.PHONY: help setup test test-fast reproduce lint format table clean bench
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-12s %s\n", $$1, $$2}'
@@ -34,8 +34,11 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP) ## Create .venv and install torch (CPU build; TORCH_INDEX= for PyPI's) then allmem; idempotent
 
-test: $(STAMP) ## Run the test suite (offline)
+test: $(STAMP) ## Run the whole test suite (offline; what CI runs)
 	$(PY) -m pytest tests
+
+test-fast: $(STAMP) ## The suite without the tests marked slow (real LoCoMo, real embedding model)
+	$(PY) -m pytest tests -m "not slow"
 
 reproduce: $(STAMP) ## Run every method on the full LoCoMo (offline backend) and print the results tables
 	$(VENV)/bin/allmem run -m dataset=locomo method=$(METHODS) run.root=$(REPRO_DIR)

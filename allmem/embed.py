@@ -1,4 +1,6 @@
-"""The local sentence embedder (all-MiniLM-L6-v2) with an on-disk cache, so reruns never re-encode.
+"""The local sentence embedder (all-MiniLM-L6-v2) with an on-disk cache, and a model-free stand-in for tests.
+
+Both are selected by the ``embedder`` config group (``embedder=minilm``, the default; ``embedder=hash``).
 
 Why a cache keyed on the model's bytes: the same 6k LoCoMo turns are embedded by every method and every rerun;
 keying only on a model name would silently serve stale vectors after a model change (an anti-pattern seen in this
@@ -251,3 +253,67 @@ class Embedder:
         if self._store is not None:
             self._store.close()
             self._store = None
+
+
+class HashEmbedder:
+    """Model-free embeddings by the hashing trick: signed feature hashing of words, L2-normalised rows.
+
+    Why it exists: tests and the ``debug`` config (``+debug=default``) run every method end to end in seconds,
+    with no model load. Texts that share words get similar vectors, which is all those runs need. It is never a
+    fallback: only ``embedder=hash`` selects it, and its ``identity`` names it. Each word of ``allmem.text.words``
+    (the tokeniser of every lexical component) adds a sign (+1 or -1) to one of ``dim`` buckets, both taken from
+    its BLAKE2b digest (Weinberger et al., ICML 2009), so vectors are identical across runs, processes and
+    machines. Hand-written rather than scikit-learn's ``HashingVectorizer``: importing scikit-learn takes
+    seconds (scipy, pandas), longer than a whole debug run.
+    """
+
+    def __init__(self, dim: int = 64) -> None:
+        if dim < 2:
+            raise ValueError(f"HashEmbedder: dim must be >= 2, got {dim}")
+        self.dim = dim
+        self.name = "hash"
+        self.hits = 0
+        self.misses = 0
+        self._buckets: dict[str, tuple[int, float]] = {}
+
+    @property
+    def identity(self) -> str:
+        return f"{self.name}@dim{self.dim}"
+
+    def _bucket(self, word: str) -> tuple[int, float]:
+        if word not in self._buckets:
+            digest = hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest()
+            self._buckets[word] = (
+                int.from_bytes(digest[:4], "little") % self.dim,
+                1.0 if digest[4] & 1 else -1.0,
+            )
+        return self._buckets[word]
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """``(len(texts), dim)`` float32, rows L2-normalised (all-zero for a text without words), in input order."""
+        from allmem.text import words
+
+        if isinstance(texts, str):
+            raise TypeError("HashEmbedder.encode expects a sequence of strings; use encode_one for one text")
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, text in enumerate(texts):
+            for word in words(text):
+                bucket, sign = self._bucket(word)
+                out[i, bucket] += sign
+            norm = float(np.linalg.norm(out[i]))
+            if norm:
+                out[i] /= norm
+        self.misses += len(texts)
+        return out
+
+    def encode_one(self, text: str) -> np.ndarray:
+        """``(dim,)`` float32 unit vector (all-zero for a text without words)."""
+        if not isinstance(text, str):
+            raise TypeError(f"HashEmbedder.encode_one expects str, got {type(text).__name__}")
+        return self.encode([text])[0]
+
+    def stats(self) -> dict[str, Any]:
+        return {"model": self.identity, "hits": self.hits, "misses": self.misses}
+
+    def close(self) -> None:
+        """Nothing to release (the same interface as ``Embedder``)."""

@@ -30,7 +30,7 @@ from allmem.types import RetrievalResult, SessionInfo, Turn
 class Resources:
     """Shared services a system may use; built once per run by the runner.
 
-    ``embedder``: allmem.embed.Embedder; ``llm``: allmem.llm client (None until the LLM layer exists);
+    ``embedder``: an ``allmem.embed`` embedder; ``llm``: an ``allmem.llm`` client (None where nothing calls one);
     ``run_dir``: where a system may write its own artefacts (e.g. ``atc_events.jsonl``).
     """
 

@@ -1,8 +1,10 @@
-"""Refit the extractive generator's span model (``allmem.reader.spans.WEIGHTS``, ``GOLD_LENGTH``) and yes/no answer.
+"""Refit the extractive reader's constants on LoCoMo's fit conversations, and print them to paste.
 
-Fits only on conversations conv-26, 30, 41, 42, 43 (the protocol's fit split) with BM25 contexts packed at the
-default budget, then prints the constants to paste into ``allmem/reader/spans.py`` / the generator config, and the
-held-out scores on the other five conversations for information (never used to choose anything).
+Fits ``SENTENCE_WEIGHTS`` and ``SPAN_WEIGHTS`` (``allmem/reader/spans.py``) and ``multi_spans``, ``when_bonus`` and
+``yes_no_answer`` (``configs/generator/extractive.yaml``, the defaults of ``ExtractiveGenerator``) on BM25 contexts
+packed at the budget. Only the conversations of ``fit_dialogues`` in ``configs/dataset/locomo.yaml``
+(``benchmarks.fit_split``) are used; the printed figures are fit-split figures, and the held-out conversations
+are never read into any choice.
 
     .venv/bin/python scripts/fit_extractive.py [--data PATH] [--budget 2048]
 """

@@ -1,19 +1,99 @@
-"""Shared fixtures. Heavy objects (the embedding model) are built once per session, lazily."""
+"""Shared fixtures and the suite's guards.
+
+- ``slow``: every test that loads the real embedding model or the real LoCoMo. ``make test`` runs everything
+  (CI), ``make test-fast`` skips them. A test that asks for the ``locomo_path`` or ``embedder`` fixture is
+  marked here, so the marker cannot be forgotten; a test that is not marked and still loads the real model
+  fails and says so.
+- No test writes into the checkout: caches (``ALLMEM_CACHE``), results and Hydra's logs (``ALLMEM_RESULTS``,
+  read by ``configs/paths/default.yaml``) go to a temporary folder for the whole session, subprocesses
+  included; Hypothesis keeps no example database; and a test that leaves a new file in the checkout fails,
+  naming it.
+- Heavy objects (the embedding model) are built once per session, lazily.
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures"
+SLOW_FIXTURES = ("locomo_path", "embedder")  # the real LoCoMo file, the real MiniLM model
+
+# Tool caches the test run itself writes (not the tests): left out of the checkout guard.
+_TOOL_DIRS = {".git", ".venv", "__pycache__", ".pytest_cache", ".ruff_cache", ".hypothesis"}
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-REPO = Path(__file__).resolve().parents[1]
-FIXTURES = REPO / "tests" / "fixtures"
+settings.register_profile("allmem", database=None)  # no .hypothesis/ example database in the checkout
+settings.load_profile("allmem")
+
+_SESSION_TMP = Path(tempfile.mkdtemp(prefix="allmem-tests-"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Set for the whole session, before any test runs, so subprocesses inherit them too.
+    os.environ["ALLMEM_CACHE"] = str(_SESSION_TMP / "cache")
+    os.environ["ALLMEM_RESULTS"] = str(_SESSION_TMP / "results")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(_SESSION_TMP, ignore_errors=True)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(name in getattr(item, "fixturenames", ()) for name in SLOW_FIXTURES):
+            item.add_marker(pytest.mark.slow)
+
+
+def _checkout_paths() -> set[str]:
+    """Every file and folder of the checkout, tool caches excepted (a few ms)."""
+    out: set[str] = set()
+    for folder, dirs, files in os.walk(REPO):
+        dirs[:] = [d for d in dirs if d not in _TOOL_DIRS and not d.endswith(".egg-info")]
+        rel = os.path.relpath(folder, REPO)
+        out.add(rel)
+        out.update(os.path.join(rel, f) for f in files)
+    return out
+
+
+_known_paths: set[str] = set()
+
+
+@pytest.fixture(autouse=True)
+def _nothing_written_into_the_checkout() -> Iterator[None]:
+    if not _known_paths:
+        _known_paths.update(_checkout_paths())
+    yield
+    new = _checkout_paths() - _known_paths
+    _known_paths.update(new)  # reported once, by the test that wrote them
+    if new:
+        pytest.fail(f"the test wrote into the checkout (use tmp_path): {sorted(new)[:10]}", pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def _real_model_only_in_slow_tests(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if request.node.get_closest_marker("slow"):
+        return
+    from allmem.embed import Embedder
+
+    def refuse(self: Embedder) -> None:
+        raise RuntimeError(
+            "this test loads the real embedding model: use allmem.embed.HashEmbedder (embedder=hash) "
+            "or mark it @pytest.mark.slow"
+        )
+
+    monkeypatch.setattr(Embedder, "_load", refuse)
 
 
 @pytest.fixture(scope="session")
@@ -42,13 +122,13 @@ def locomo_path() -> Path:
 
 
 @pytest.fixture(scope="session")
-def cache_dir(tmp_path_factory) -> Path:
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A per-test-session cache folder, so tests never depend on a developer's warm cache."""
     return tmp_path_factory.mktemp("cache")
 
 
 @pytest.fixture(scope="session")
-def embedder(cache_dir):
+def embedder(cache_dir: Path):  # noqa: ANN201 - allmem.embed.Embedder, imported lazily
     """The real local MiniLM embedder (one instance for the whole test session)."""
     import torch
 

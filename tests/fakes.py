@@ -1,27 +1,43 @@
-"""Model-free test doubles shared by the test modules."""
+"""Test helpers shared by the test modules (the fake embedder is first-class: ``allmem.embed.HashEmbedder``).
+
+A helper module, not a test module: test modules import from here, never from each other.
+"""
 
 from __future__ import annotations
 
-import hashlib
 import re
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
 
-import numpy as np
+from allmem.llm.roles import RoleFailure
+from allmem.memory.descriptor import Descriptor
+from allmem.types import Turn
+
+T0 = datetime(2023, 5, 8, 13, 56)
 
 
-class BowEmbedder:
-    """Hashed bag of words, L2-normalised: deterministic, thread-safe and instant (no model).
+def echo_describe(llm: Any, records: Sequence[Mapping[str, Any]]) -> Descriptor:
+    """Summary = the text; keywords = capitalised words: deterministic and easy to reason about."""
+    text = " ".join(str(r["text"]) for r in records)
+    return Descriptor(summary=text, keywords=tuple(w for w in re.findall(r"[A-Z][a-z]+", text)))
 
-    Each word lands in bucket ``int(sha1(word)[:hash_bytes]) % dim``; words that share a bucket look alike.
-    """
 
-    def __init__(self, dim: int = 64, hash_bytes: int = 1) -> None:
-        self.dim, self.hash_bytes = dim, hash_bytes
+def failing_describe(llm: Any, records: Sequence[Mapping[str, Any]]) -> RoleFailure:
+    return RoleFailure("descriptor", "invalid_json", "scripted failure")
 
-    def encode(self, texts: list[str]) -> np.ndarray:
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for i, t in enumerate(texts):
-            for w in re.findall(r"[a-z0-9]+", t.lower()):
-                digest = hashlib.sha1(w.encode()).digest()[: self.hash_bytes]
-                out[i, int.from_bytes(digest, "big") % self.dim] += 1.0
-            out[i] /= np.linalg.norm(out[i]) or 1.0
-        return out
+
+def make_turns(texts: Sequence[str], session: int = 1, speaker: str = "Ann") -> list[Turn]:
+    """One turn per text, a minute apart, on day ``session`` after ``T0``; ids ``D<session>:<n>``."""
+    return [
+        Turn(
+            id=f"D{session}:{i + 1}",
+            session_id=f"S{session}",
+            speaker=speaker,
+            text=t,
+            timestamp=T0 + timedelta(days=session, minutes=i),
+            order=i,
+            source_id=f"D{session}:{i + 1}",
+        )
+        for i, t in enumerate(texts)
+    ]

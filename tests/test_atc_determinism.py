@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
 from allmem.memory.atc.events import read_events
 from allmem.memory.system import AllMem
 from allmem.systems import Resources
 from benchmarks.synthetic_drift import make_corpus
-from tests.fakes import BowEmbedder
 
 VOLATILE = {"latency_ms", "llm_latency_ms"}
 
@@ -20,9 +20,7 @@ DIALOGUE = make_corpus(seed=11, n_dialogues=1, n_sessions=4).dialogues[0]
 
 def run_stream(tmp_path, **atc: Any) -> AllMem:
     llm = build_llm({"backend": "offline", "cache": {"enabled": False}})
-    system = AllMem(
-        resources=Resources(BowEmbedder(dim=96, hash_bytes=2), llm, tmp_path), atc={"enabled": True, **atc}
-    )
+    system = AllMem(resources=Resources(HashEmbedder(dim=96), llm, tmp_path), atc={"enabled": True, **atc})
     system.reset(DIALOGUE.id)
     for s in DIALOGUE.sessions:
         system.start_session(s.info)

@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
 from allmem.memory.atc.consolidator import build_consolidator
 from allmem.memory.bank import MemoryBank
-from tests.fakes import BowEmbedder
 
 T0 = datetime(2023, 5, 8, 13, 0)
 TEXTS = [
@@ -28,7 +28,7 @@ TEXTS = [
 
 
 def make_bank() -> MemoryBank:
-    emb = BowEmbedder(dim=64)
+    emb = HashEmbedder(dim=64)
     bank = MemoryBank(dim=emb.dim, d_sigma=3)
     prev = None
     for i, t in enumerate(TEXTS):
@@ -71,7 +71,7 @@ def run_atc(bank: MemoryBank, proposals: list[dict[str, Any]], script: dict[str,
     c = build_consolidator(
         bank=bank,
         llm=llm,
-        embedder=BowEmbedder(dim=64),
+        embedder=HashEmbedder(dim=64),
         cfg={"workers": 2, **cfg},
         run_dir=tmp_path,
         dialogue_id="d",
@@ -162,7 +162,7 @@ def test_update_executes_and_refreshes_the_descriptor(tmp_path) -> None:
     assert [e["state"] for e in events] == ["executed"] and events[0]["new_ids"] == []
     assert bank.get("u000004").summary == plan["summary"] and bank.get("u000004").visible
     assert np.allclose(
-        bank.embedding("u000004"), BowEmbedder(dim=64).encode([plan["summary"] + " Denver"])[0]
+        bank.embedding("u000004"), HashEmbedder(dim=64).encode([plan["summary"] + " Denver"])[0]
     )
     assert bank.has_link("version", "u000004", "u000003") and not bank.is_visible("u000003")
     assert len(bank) == len(TEXTS)
@@ -248,7 +248,7 @@ def test_diagnosis_failures_are_counted_not_fatal(tmp_path) -> None:
     llm = build_llm(
         {"backend": "scripted", "script": {"diagnose": ["{broken"] * 5}, "cache": {"enabled": False}}
     )
-    c = build_consolidator(bank=bank, llm=llm, embedder=BowEmbedder(dim=64), cfg={}, run_dir=tmp_path)
+    c = build_consolidator(bank=bank, llm=llm, embedder=HashEmbedder(dim=64), cfg={}, run_dir=tmp_path)
     for u in bank.ids():
         c.on_write(u)
     c.run("test")

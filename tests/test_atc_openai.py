@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
 from allmem.memory.atc.consolidator import build_consolidator
-from tests.fakes import BowEmbedder
 from tests.llm_stub import StubLLM
 from tests.test_atc_executor import make_bank
 
@@ -40,7 +40,7 @@ def test_consolidation_over_the_openai_backend(stub: StubLLM, tmp_path, monkeypa
     )
     bank = make_bank()
     c = build_consolidator(
-        bank=bank, llm=llm, embedder=BowEmbedder(dim=64), cfg={"workers": 1}, run_dir=tmp_path
+        bank=bank, llm=llm, embedder=HashEmbedder(dim=64), cfg={"workers": 1}, run_dir=tmp_path
     )
     for u in bank.ids():
         c.on_write(u)

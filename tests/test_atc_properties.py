@@ -15,6 +15,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
 from allmem.memory.atc import cues as tx
 from allmem.memory.atc import roles as roles_mod
@@ -23,7 +24,6 @@ from allmem.memory.atc.executor import EXECUTED, Executor
 from allmem.memory.atc.gate import Target
 from allmem.memory.bank import MemoryBank
 from allmem.memory.recover import hop_distances
-from tests.fakes import BowEmbedder
 
 SENTENCES = [
     "I went hiking at Zion.",
@@ -64,7 +64,7 @@ class World:
     """A bank plus an online writer in miniature (temporal link + 2 semantic links per write)."""
 
     def __init__(self, d_sigma: int) -> None:
-        self.emb = BowEmbedder(dim=32)
+        self.emb = HashEmbedder(dim=32)
         self.bank = MemoryBank(dim=self.emb.dim, d_sigma=d_sigma)
         self.last: str | None = None
         self.evidence: dict[str, tuple[str, Any]] = {}

@@ -1,52 +1,187 @@
-"""Every option of every config group composes, and every buildable one instantiates (STYLE.md practice 2)."""
+"""Every option of every config group composes and builds into the object the runner uses.
+
+Options are found by walking ``configs/``, so an option or a group added later is covered without editing this
+file. Override files (``experiment``, ``debug``: ``@package _global_``) are composed here and checked to set what
+they say; ``tests/test_debug_runs.py`` runs each of them end to end.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hydra import compose, initialize_config_dir
-from hydra.utils import get_object
+from hydra.utils import get_class, instantiate
+from omegaconf import DictConfig, OmegaConf
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-GROUPS = sorted(p.name for p in CONFIGS.iterdir() if p.is_dir() and p.name not in ("local", "experiment"))
-OPTIONS = [(g, f.stem) for g in GROUPS for f in sorted((CONFIGS / g).glob("*.yaml"))]
+from allmem.embed import HashEmbedder
+from allmem.llm import build_llm
+from allmem.runner import build
+from allmem.systems import MemorySystem, Resources
+from benchmarks import load_dataset
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "configs"
+FIXTURES = REPO / "tests" / "fixtures"
+OVERRIDE_GROUPS = ("experiment", "debug")  # `+group=option` files that change the global config
+OPTIONS = sorted(
+    ("/".join(p.relative_to(CONFIGS).parts[:-1]), p.stem)
+    for p in CONFIGS.rglob("*.yaml")
+    if len(p.relative_to(CONFIGS).parts) > 1 and p.relative_to(CONFIGS).parts[0] != "local"
+)
 
 
-def _compose(overrides: list[str]):
+def _compose(overrides: list[str], hydra_node: bool = False) -> DictConfig:
     with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        return compose(config_name="config", overrides=overrides)
+        return compose(config_name="config", overrides=overrides, return_hydra_config=hydra_node)
+
+
+def _offline_llm(tmp: Path) -> Any:
+    return build_llm(_compose([]).llm, run_dir=tmp, cache_dir=tmp / "llm")
+
+
+def _dataset(node: DictConfig, tmp: Path) -> None:
+    fixture = FIXTURES / f"{node.name}_tiny.json"
+    dialogues = load_dataset({**OmegaConf.to_container(node, resolve=True), "path": str(fixture)})
+    assert dialogues and all(d.questions for d in dialogues), fixture
+
+
+def _embedder(node: DictConfig, tmp: Path) -> None:
+    emb = build(node, cache_dir=tmp / "embeddings")  # the real model loads lazily: never here
+    assert int(emb.dim) > 0 and callable(emb.encode)
+
+
+def _budget(node: DictConfig, tmp: Path) -> None:
+    assert isinstance(node.tokens, int) and node.tokens > 0
+
+
+def _protocol(node: DictConfig, tmp: Path) -> None:
+    assert instantiate(node).name == node.name
+
+
+def _llm(node: DictConfig, tmp: Path) -> None:
+    assert callable(build_llm(node, run_dir=tmp, cache_dir=tmp / "llm").chat)
+
+
+def _generator(node: DictConfig, tmp: Path) -> None:
+    assert callable(build(node, embedder=HashEmbedder(), llm=_offline_llm(tmp)).answer)
+
+
+def _method(node: DictConfig, tmp: Path) -> None:
+    resources = Resources(embedder=HashEmbedder(), llm=_offline_llm(tmp), run_dir=tmp)
+    system = build(node, resources=resources)
+    assert isinstance(system, MemorySystem) and node.name
+
+
+def _paths(node: DictConfig, tmp: Path) -> None:
+    assert node.results and node.cache_dir
+
+
+BUILDERS: dict[str, Callable[[DictConfig, Path], None]] = {
+    "dataset": _dataset, "embedder": _embedder, "budget": _budget, "protocol": _protocol, "llm": _llm,
+    "generator": _generator, "method": _method, "paths": _paths,
+}  # fmt: skip
 
 
 def test_every_group_has_options():
-    for group in ("dataset", "method", "embedder", "budget", "protocol", "llm", "generator", "paths"):
-        assert (CONFIGS / group).is_dir() and list((CONFIGS / group).glob("*.yaml")), group
+    groups = {g for g, _ in OPTIONS}
+    assert set(BUILDERS) | set(OVERRIDE_GROUPS) <= groups, "a known group lost its folder or its options"
 
 
 @pytest.mark.parametrize(("group", "option"), OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
-def test_option_composes_and_target_imports(group, option):
+def test_option_composes_and_builds(group: str, option: str, tmp_path: Path) -> None:
+    if group in OVERRIDE_GROUPS:
+        cfg = _compose([f"+{group}={option}"])
+        _sets_what_it_says(CONFIGS / group / f"{option}.yaml", cfg)
+        return
+    if group.startswith("hydra/"):  # Hydra's own groups (launchers, sweepers): their plugin must import
+        node = OmegaConf.select(_compose([f"{group}={option}"], hydra_node=True), group.replace("/", "."))
+        assert get_class(node._target_)
+        return
     cfg = _compose([f"{group}={option}"])
     node = cfg[group]
-    if "_target_" in node:
-        assert callable(get_object(node._target_))
-    if group == "method":
-        assert node.name, "every method names itself (run directories and tables use it)"
+    builder = BUILDERS.get(group)
+    if builder is not None:
+        builder(node, tmp_path)
+    else:  # a group added later: at least its target must build from the config alone
+        assert "_target_" in node, f"configs/{group}/{option}.yaml: no _target_ and no builder in this test"
+        assert instantiate(node) is not None
 
 
-@pytest.mark.parametrize("path", sorted((CONFIGS / "experiment").glob("*.yaml")), ids=lambda p: p.stem)
-def test_experiment_files_compose(path):
-    cfg = _compose([f"+experiment={path.stem}"])
-    assert cfg.method.name
+def _leaves(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for k, v in node.items():
+            out |= _leaves(v, f"{prefix}{k}.")
+        return out
+    return {prefix[:-1]: node}
 
 
-def test_method_instantiates_with_resources(embedder, tmp_path):
-    """Every method builds from its config with the shared resources only."""
-    from allmem.llm import build_llm
-    from allmem.runner import build
-    from allmem.systems import MemorySystem, Resources
+def _sets_what_it_says(path: Path, cfg: DictConfig) -> None:
+    """Every value the override file writes is in the composed config (a later file did not undo it)."""
+    own = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    assert isinstance(own, dict)
+    own.pop("defaults", None)
+    composed = _leaves(OmegaConf.to_container(cfg, resolve=False))
+    expected = _leaves(own)
+    assert expected, f"{path} changes nothing"
+    for key, value in expected.items():
+        assert composed.get(key) == value, f"{path}: {key} = {value!r}, composed {composed.get(key)!r}"
 
-    for option in sorted(f.stem for f in (CONFIGS / "method").glob("*.yaml")):
-        cfg = _compose([f"method={option}", f"paths.cache_dir={tmp_path}"])
-        llm = build_llm(cfg.llm, run_dir=tmp_path, cache_dir=tmp_path / "llm")
-        system = build(cfg.method, resources=Resources(embedder=embedder, llm=llm, run_dir=tmp_path))
-        assert isinstance(system, MemorySystem), option
+
+def test_paper_defaults_are_stated_once_and_the_dataclasses_agree(tmp_path: Path) -> None:
+    """``configs/method/allmem.yaml`` states every All-Mem default; the code's own defaults must equal it.
+
+    Both directions: a key the config lacks or a default that drifted from the config fails here, so a method
+    built in Python (``AllMem(resources=...)``) and one built from the config are the same method.
+    """
+    import dataclasses
+    import inspect
+
+    from allmem.memory.atc.config import ATCConfig
+    from allmem.memory.retrieve import RetrievalConfig
+    from allmem.memory.system import AllMem
+    from allmem.memory.vector import SurfaceIndex
+    from allmem.memory.write import WriteConfig
+
+    cfg = OmegaConf.to_container(_compose(["method=allmem"]), resolve=True)
+    assert isinstance(cfg, dict)
+    method = cfg["method"]
+
+    def defaults(cls: type) -> dict[str, Any]:
+        out = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}  # YAML has lists
+
+    for name, cls, node in (
+        ("method.write", WriteConfig, method["write"]),
+        ("method.retrieval", RetrievalConfig, method["retrieval"]),
+        ("atc", ATCConfig, cfg["atc"]),
+    ):
+        assert defaults(cls) == node, f"{name} in configs/method/allmem.yaml vs {cls.__name__} defaults"
+    index = inspect.signature(SurfaceIndex).parameters
+    assert {k: index[k].default for k in method["vector"]} == method["vector"]
+    built = AllMem(resources=Resources(embedder=HashEmbedder(), llm=_offline_llm(tmp_path), run_dir=tmp_path))
+    assert built.d_sigma == method["links"]["d_sigma"]
+    assert (built.recover_mode, built.save_banks) == (method["recover_mode"], method["save_banks"])
+    assert (built.write_cfg, built.retrieval_cfg) == (
+        WriteConfig.from_dict(method["write"]),
+        RetrievalConfig.from_dict(method["retrieval"]),
+    )
+
+
+def test_fitted_reader_constants_are_stated_once_and_the_class_agrees() -> None:
+    """``configs/generator/extractive.yaml`` holds the fitted reader settings; the class defaults must equal it
+    (the default ``generator=llm`` builds the reader from those defaults)."""
+    import inspect
+
+    from allmem.reader.extractive import ExtractiveGenerator
+
+    node = OmegaConf.to_container(_compose(["generator=extractive"]).generator, resolve=True)
+    assert isinstance(node, dict)
+    node.pop("_target_")
+    signature = inspect.signature(ExtractiveGenerator).parameters
+    assert {k: signature[k].default for k in node} == node
+    assert set(signature) - set(node) == {"embedder"}  # every setting is stated in the config
+    assert _compose([]).generator.extractive == {}  # generator=llm: the class defaults, i.e. the same values

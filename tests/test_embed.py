@@ -1,11 +1,11 @@
-"""Embedder: shape/dtype/norm, determinism, and the on-disk cache (counted, not timed)."""
+"""Embedder: shape/dtype/norm, determinism, the on-disk cache (counted, not timed); the model-free HashEmbedder."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from allmem.embed import Embedder, model_fingerprint, text_key
+from allmem.embed import Embedder, HashEmbedder, model_fingerprint, text_key
 
 TEXTS = [
     "Caroline: I went to a LGBTQ support group yesterday.",
@@ -25,6 +25,7 @@ def test_shape_dtype_norm(embedder: Embedder) -> None:
     assert embedder.encode([]).shape == (0, 384)
 
 
+@pytest.mark.slow
 def test_semantics_and_determinism(tmp_path) -> None:
     # two independent embedders with separate caches must compute the same vectors
     a = Embedder(cache_dir=tmp_path / "a", num_threads=1)
@@ -36,6 +37,7 @@ def test_semantics_and_determinism(tmp_path) -> None:
     assert int(np.argmax(sims)) == 0  # the paraphrase is nearest
 
 
+@pytest.mark.slow
 def test_cache_hit_on_rerun(tmp_path) -> None:
     first = Embedder(cache_dir=tmp_path, num_threads=1)
     v1 = first.encode(TEXTS + [TEXTS[0]])  # duplicate inside one batch is encoded once
@@ -85,3 +87,25 @@ def test_bad_input_is_a_clear_error(tmp_path) -> None:
         emb.encode("not a list")
     with pytest.raises(FileNotFoundError, match="model_path"):
         Embedder(model_path=tmp_path / "nope")
+
+
+def test_hash_embedder_is_a_signed_bag_of_words() -> None:
+    """Words hash to distinct buckets at this width, so cosines are the bag-of-words values worked out by hand."""
+    e = HashEmbedder(dim=1 << 16)
+    red_bike, red_car, red_red_bike, red = e.encode(["Red, bike!", "red car", "red red bike", "RED"])
+    assert abs(float(red_bike @ red_car) - 0.5) < 1e-6  # (1,1,0)·(1,0,1) / (√2·√2)
+    assert abs(float(red_red_bike @ red) - 2 / 5**0.5) < 1e-6  # (2,1)·(1,0) / √5
+    np.testing.assert_array_equal(red_bike, e.encode_one("red bike"))  # case and punctuation ignored
+    assert not e.encode(["", "?!"]).any()  # a text without words is the zero vector
+    assert e.encode([]).shape == (0, 1 << 16) and red.dtype == np.float32
+
+
+def test_hash_embedder_is_deterministic_across_instances_and_never_loads_a_model() -> None:
+    a, b = HashEmbedder(), HashEmbedder()
+    np.testing.assert_array_equal(a.encode(TEXTS), b.encode(TEXTS))
+    np.testing.assert_allclose(np.linalg.norm(a.encode(TEXTS), axis=1), 1.0, atol=1e-6)
+    assert a.identity == "hash@dim64"
+    with pytest.raises(TypeError):
+        a.encode("not a list")
+    with pytest.raises(ValueError, match="dim"):
+        HashEmbedder(dim=1)

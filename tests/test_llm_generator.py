@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
-import numpy as np
 import pytest
 
+from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
 from allmem.llm.ledger import read_calls
 from allmem.llm.prompts import build_request
@@ -19,24 +18,6 @@ from allmem.reader.llm import LLMGenerator, answer_prompt, match_option
 from allmem.tokens import count_tokens
 from allmem.types import AnswerRequest, Retrieved
 from tests.llm_stub import StubLLM
-
-
-class HashEmbedder:
-    """Deterministic bag-of-words vectors: enough for the extractive generator to run without the model."""
-
-    def _vec(self, text: str) -> np.ndarray:
-        v = np.zeros(64, dtype=np.float32)
-        for w in text.lower().split():
-            v[int(hashlib.md5(w.encode()).hexdigest(), 16) % 64] += 1.0
-        n = float(np.linalg.norm(v))
-        return v / n if n else v
-
-    def encode(self, texts: list[str]) -> np.ndarray:
-        return np.stack([self._vec(t) for t in texts]) if texts else np.zeros((0, 64), dtype=np.float32)
-
-    def encode_one(self, text: str) -> np.ndarray:
-        return self._vec(text)
-
 
 UNITS = (
     Retrieved.of_text("D1:1", "I went to a LGBTQ support group yesterday.", ("D1:1",), 0.9,

@@ -6,12 +6,13 @@ import json
 
 import numpy as np
 import pytest
-from test_memory_fakes import HashEmbedder, echo_describe, make_turns
 
+from allmem.embed import HashEmbedder
 from allmem.memory.bank import BankError, MemoryBank
 from allmem.memory.persist import EMBEDDINGS, UNITS, load_bank, save_bank
 from allmem.memory.retrieve import RetrievalConfig, Retriever
 from allmem.memory.write import OnlineWriter, WriteConfig
+from tests.fakes import echo_describe, make_turns
 
 TEXTS = [
     "Ann loves hiking in the Alps",

@@ -6,10 +6,10 @@ import math
 
 import numpy as np
 import pytest
-from test_memory_fakes import T0
 
 from allmem.memory.bank import MemoryBank
 from allmem.memory.recover import hop_distances, recoverability, summarize
+from tests.fakes import T0
 
 
 def _bank(n: int) -> tuple[MemoryBank, list[str]]:

@@ -7,11 +7,11 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
-from test_memory_fakes import T0
 
 from allmem.memory.bank import MemoryBank
 from allmem.memory.lexical import BM25Index
 from allmem.memory.retrieve import RetrievalConfig, Retriever, expand, rrf
+from tests.fakes import T0
 
 
 def _bank_from(

@@ -1,4 +1,4 @@
-"""AllMem as a MemorySystem: lifecycle with the offline LLM, ATC hooks, clear ATC error, save/load round trip."""
+"""AllMem as a MemorySystem: lifecycle with the offline LLM, ATC hooks in stream order, save/load round trip."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import types
 from pathlib import Path
 from typing import Any
 
-import pytest
 from omegaconf import OmegaConf
-from test_memory_fakes import T0, HashEmbedder, make_turns
 
+from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
 from allmem.memory.system import AllMem
 from allmem.systems import Resources
 from allmem.types import SessionInfo
+from tests.fakes import T0, make_turns
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 SESSIONS = [
@@ -64,13 +64,6 @@ def test_lifecycle_retrieve_and_stats(tmp_path) -> None:
     assert stats["recoverability"]["n_archived"] == 0
     system.reset("conv-y")
     assert system.stats()["n_units"] == 0  # a new dialogue starts empty
-
-
-def test_atc_enabled_without_consolidator_fails_clearly(tmp_path, monkeypatch) -> None:
-    monkeypatch.setitem(sys.modules, "allmem.memory.atc", types.ModuleType("allmem.memory.atc"))
-    system = AllMem(resources=_resources(tmp_path), **_method_cfg(enabled=True))
-    with pytest.raises(RuntimeError, match="atc.enabled=true but allmem.memory.atc.build_consolidator"):
-        system.reset("conv-x")
 
 
 class _RecordingATC:

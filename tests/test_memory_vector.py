@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_memory_fakes import T0
 
 from allmem.memory.bank import MemoryBank
 from allmem.memory.vector import SurfaceIndex
+from tests.fakes import T0
 
 
 def _random_bank(n: int, dim: int = 32, seed: int = 0) -> MemoryBank:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-from test_memory_fakes import HashEmbedder, echo_describe, failing_describe, make_turns
 
+from allmem.embed import HashEmbedder
 from allmem.memory.bank import MemoryBank
-from allmem.memory.write import OnlineWriter, WriteConfig, clean_evidence, embed_text
+from allmem.memory.units import descriptor_text
+from allmem.memory.write import OnlineWriter, WriteConfig, clean_evidence
+from tests.fakes import echo_describe, failing_describe, make_turns
 
 TEXTS = [
     "Ann loves hiking in the Alps every summer",
@@ -42,7 +44,7 @@ def test_units_carry_evidence_descriptor_and_temporal_chain() -> None:
     assert w.counters["units_written"] == 6 and w.counters["descriptor_failures"] == 0
     np.testing.assert_allclose(
         bank.embedding("u000002"),
-        HashEmbedder().encode([embed_text(TEXTS[2], ("Ann", "Alps"))])[0],
+        HashEmbedder().encode([descriptor_text(TEXTS[2], ("Ann", "Alps"))])[0],
         rtol=1e-6,
     )
 
@@ -100,5 +102,10 @@ def test_descriptor_failure_falls_back_and_is_counted() -> None:
 def test_clean_evidence_and_embed_formats() -> None:
     rec = {"speaker": "Ann", "text": "look", "caption": "a dog on a beach"}
     assert clean_evidence([rec]) == "Ann: look [image: a dog on a beach]"
-    assert embed_text("s", ["a", "b"]) == "s a, b"
-    assert embed_text("s", ["a", "b"], "ref") == "Keywords: a, b\n\nSummary: s"
+    assert descriptor_text("s", ["a", "b"]) == "s a, b"
+    assert descriptor_text("s", ["a", "b"], "ref") == "Keywords: a, b\n\nSummary: s"
+
+
+def test_echo_describe_double_keeps_text_and_capitalised_words() -> None:
+    d = echo_describe(None, [{"text": "Ann went to Paris"}])
+    assert (d.summary, d.keywords) == ("Ann went to Paris", ("Ann", "Paris"))

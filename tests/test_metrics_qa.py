@@ -1,4 +1,4 @@
-"""Answer metrics against values worked out by hand from the published definitions (PROTOCOL.md)."""
+"""Answer metrics against values worked out by hand from the published definitions (docs/PROTOCOL.md)."""
 
 from __future__ import annotations
 

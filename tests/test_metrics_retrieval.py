@@ -1,4 +1,4 @@
-"""Retrieval metrics and source-id ranking against hand-computed values (PROTOCOL.md; LongMemEval eval_utils)."""
+"""Retrieval metrics and source-id ranking against hand-computed values (docs/PROTOCOL.md; LongMemEval eval_utils)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""All-Mem's descriptor method: the regenerable index ``(s, K)`` of a unit (paper, Sec. 3; METHOD.md).
+"""All-Mem's descriptor method: the regenerable index ``(s, K)`` of a unit (paper, Sec. 3; docs/METHOD.md).
 
 ``describe`` asks the descriptor-compression prompt for a summary ``s`` and keywords ``K`` of a unit's evidence
 (phase ``write``; ATC also describes split siblings with it). Offline, ``DescriptorResponder`` answers the same

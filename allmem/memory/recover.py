@@ -1,4 +1,4 @@
-"""Recoverability of archived evidence (paper, Sec. 5 / App.; METHOD.md).
+"""Recoverability of archived evidence (paper, Sec. 5 / App.; docs/METHOD.md).
 
 h(v) for an archived unit v is the directed shortest-path distance from the visible surface over all typed
 links (infinite when no path exists). Reported: the share unreachable, the median h, H_0.95 (the smallest hop

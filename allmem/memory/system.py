@@ -42,16 +42,12 @@ def _plain(node: Any) -> dict[str, Any]:
 
 
 def _atc_factory(enabled: bool) -> Any:
-    """``build_consolidator`` or a clear error: consolidation asked for must never be skipped silently."""
+    """``build_consolidator`` when consolidation is on. Imported on use: the no-ATC path never loads the
+    diagnoser's word lists and stemmer."""
     if not enabled:
         return None
-    try:
-        from allmem.memory.atc import build_consolidator
-    except ImportError as exc:
-        raise RuntimeError(
-            "atc.enabled=true but allmem.memory.atc.build_consolidator is not available "
-            f"({exc}); run with atc.enabled=false (method=allmem_noatc) until ATC is implemented"
-        ) from exc
+    from allmem.memory.atc import build_consolidator
+
     return build_consolidator
 
 

@@ -101,7 +101,20 @@ class Unit:
         return descriptor_text(self.summary, self.keywords)
 
 
-def descriptor_text(summary: str, keywords: Sequence[str]) -> str:
+EMBED_FORMATS = ("paper", "ref")
+
+
+def descriptor_text(summary: str, keywords: Sequence[str], layout: str = "paper") -> str:
+    """The one writer of a descriptor as text: what ``z`` is computed from and what lexical scorers index.
+
+    ``paper``: ``s`` concatenated with ``K`` ("summary k1, k2"; paper, Sec. 3). ``ref``: the authors' code's
+    layout ("Keywords: k1, k2\n\nSummary: summary"), selected by ``method.write.embed_format``.
+    """
+    if layout == "ref":
+        kw = ", ".join(keywords)
+        return f"Keywords: {kw}\n\nSummary: {summary}" if kw else summary
+    if layout != "paper":
+        raise ValueError(f"descriptor layout must be one of {EMBED_FORMATS}, got {layout!r}")
     kw = ", ".join(k for k in keywords if k)
     return f"{summary} {kw}".strip() if kw else summary.strip()
 

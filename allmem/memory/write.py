@@ -1,4 +1,4 @@
-"""The online write path: descriptor -> embed -> temporal and semantic links -> ATC buffer (METHOD.md).
+"""The online write path: descriptor -> embed -> temporal and semantic links -> ATC buffer (docs/METHOD.md).
 
 Why turns are buffered and written in batches: the descriptor of a turn depends only on its own evidence, and
 its embedding only on the descriptor, so both can be computed for a whole batch at once (one embedder call per
@@ -23,11 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from allmem.memory.bank import MemoryBank, descriptor_text
+from allmem.memory.bank import MemoryBank
+from allmem.memory.units import EMBED_FORMATS, descriptor_text
 from allmem.memory.vector import single_thread_blas
 from allmem.types import Turn, utterance_line
 
-EMBED_FORMATS = ("paper", "ref")
 _WS = re.compile(r"\s+")
 
 
@@ -39,7 +39,9 @@ class WriteConfig:
     sem_threshold: float = 0.65
     sem_per_insert: int = 3
     batch_turns: int = 64
-    embed_format: str = "paper"  # paper: "summary k1, k2"; ref: "Keywords: k1, k2\n\nSummary: summary"
+    embed_format: str = (
+        "paper"  # the descriptor layout z is computed from (allmem.memory.units.descriptor_text)
+    )
     describe_workers: int = 1  # parallel descriptor calls within a batch (results are kept in stream order)
 
     def __post_init__(self) -> None:
@@ -78,14 +80,6 @@ def clean_evidence(records: Sequence[Mapping[str, Any]]) -> str:
     """The fallback summary: evidence text with whitespace collapsed (``Speaker: text [image: caption]``)."""
     lines = (utterance_line(r.get("speaker"), str(r.get("text", "")), r.get("caption")) for r in records)
     return " ".join(_WS.sub(" ", line).strip() for line in lines)
-
-
-def embed_text(summary: str, keywords: Sequence[str], fmt: str = "paper") -> str:
-    """The string z is computed from: the paper's concatenation of s and K, or the authors' code's layout."""
-    if fmt == "ref":
-        kw = ", ".join(keywords)
-        return f"Keywords: {kw}\n\nSummary: {summary}" if kw else summary
-    return descriptor_text(summary, keywords)
 
 
 def default_describe() -> Callable[[Any, list[dict[str, Any]]], Any]:
@@ -138,7 +132,7 @@ class OnlineWriter:
         t0 = time.perf_counter()
         descriptors = self._describe_all([p.records for p in batch])
         t1 = time.perf_counter()
-        texts = [embed_text(s, k, self.cfg.embed_format) for s, k in descriptors]
+        texts = [descriptor_text(s, k, self.cfg.embed_format) for s, k in descriptors]
         vecs = np.asarray(self.embedder.encode(texts), dtype=np.float32)
         t2 = time.perf_counter()
         self.timers_ms["describe"] += 1000 * (t1 - t0)

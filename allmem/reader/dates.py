@@ -16,15 +16,23 @@ import re
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+from allmem.text import CARDINALS
 from allmem.types import format_date
 
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _WEEKDAY_RE = r"(mon|tue|tues|wed|thu|thur|thurs|fri|sat|sun)(?:day|nesday|rsday|urday|sday)?\.?"
-NUMBER_WORDS = {
-    "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
-    "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "couple of": 2, "a couple of": 2, "few": 3, "a few": 3,
-}  # fmt: skip
-_NUM_RE = r"(\d+|a couple of|couple of|a few|few|an|a|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
+# How many units "<count> <unit> ago" means: the shared cardinals plus the vague counts people say ("a week ago",
+# "a couple of days ago", "a few months ago").
+COUNTS: dict[str, int] = {
+    **CARDINALS,
+    "a": 1,
+    "an": 1,
+    "couple of": 2,
+    "a couple of": 2,
+    "few": 3,
+    "a few": 3,
+}
+_NUM_RE = "(\\d+|" + "|".join(sorted(COUNTS, key=lambda w: (-len(w), w))) + ")"
 _SEASONS = {"spring": (3, 5), "summer": (6, 8), "fall": (9, 11), "autumn": (9, 11), "winter": (12, 2)}
 
 
@@ -42,7 +50,7 @@ def _weekday(token: str) -> str:
 
 def _number(token: str) -> int:
     token = token.lower()
-    return int(token) if token.isdigit() else NUMBER_WORDS[token]
+    return int(token) if token.isdigit() else COUNTS[token]
 
 
 def _ago(m: re.Match[str], ts: datetime) -> str:

@@ -21,7 +21,8 @@ How it answers:
      spans of ``multi_spans`` different units.
 
 Every constant fitted on LoCoMo (the span/sentence weights in ``allmem.reader.spans``, ``when_bonus``, ``multi_spans``,
-``yes_no_answer``) was fitted on conversations conv-26, 30, 41, 42, 43 only, by ``scripts/fit_extractive.py``.
+``yes_no_answer``) was fitted by ``scripts/fit_extractive.py`` on the fit conversations only (``fit_dialogues`` of
+``configs/dataset/locomo.yaml``).
 """
 
 from __future__ import annotations

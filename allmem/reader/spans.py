@@ -15,8 +15,9 @@ linear models with cheap, explainable features do the work:
 
 ``SENTENCE_WEIGHTS`` (coordinate search for the top sentence holding most of the gold's content words) and
 ``SPAN_WEIGHTS`` (least squares on window F1, within-question or pooled, whichever ranks better) were fitted on
-conversations conv-26, 30, 41, 42, 43 only, with BM25 contexts at the 2048-token budget; conv-44 … conv-50 were
-never used to fit anything. ``scripts/fit_extractive.py`` reproduces the fit.
+the fit conversations only (``fit_dialogues`` of ``configs/dataset/locomo.yaml``), with BM25 contexts at the
+2048-token budget; the held-out conversations were never used to fit anything. ``scripts/fit_extractive.py``
+reproduces the fit.
 """
 
 from __future__ import annotations
@@ -31,18 +32,17 @@ from typing import Any
 
 import numpy as np
 
-from allmem.text import NEGATED_AUXILIARIES, STOP_WORDS
+from allmem.text import NEGATED_AUXILIARIES, NUMBER_WORDS, STOP_WORDS, words
 
 MAX_WORDS = 8
 TOP_SENTENCES = 5
-# The shared stop words, keeping negated auxiliaries (they change an answer) and dropping chat fillers.
-STOP = (STOP_WORDS - NEGATED_AUXILIARIES) | frozenset("yeah oh wow hey gonna got get really".split())
-NUMBER_WORDS = frozenset(
-    "one two three four five six seven eight nine ten eleven twelve twenty thirty hundred first second third"
-    " once twice several".split()
-)
+# Chat fillers that never answer a question: stop words for the reader on top of the shared list.
+CHAT_FILLERS = frozenset("yeah oh wow hey gonna got get really".split())
+# The shared stop words, keeping negated auxiliaries (they change an answer), plus the chat fillers.
+STOP = (STOP_WORDS - NEGATED_AUXILIARIES) | CHAT_FILLERS
+# What answers a "how many / how often" question: the shared number words plus counts that are not numbers.
+COUNT_WORDS = NUMBER_WORDS | frozenset("once twice several".split())
 KINDS = ("who", "name", "where", "count", "what")
-_WORD = re.compile(r"[a-z0-9]+")
 _EDGE = "\"'“”‘’()[]{}*,.;:!?…"
 _PREPS = frozenset({"in", "at", "to", "from", "near", "around", "visited", "visit"})
 # Words that never start or end an answer span (beyond stop words and the question's own words).
@@ -60,7 +60,7 @@ SPAN_FEATURES = (
     "cap_frac", "quoted", "short_len1", "short_len2", "short_len3", "short_len4plus", "match_len12", "before_q",
     "sentence_end",
 )
-# Fitted on conv-26, 30, 41, 42, 43 by scripts/fit_extractive.py (see module docstring).
+# Fitted on the fit conversations by scripts/fit_extractive.py (see module docstring).
 SENTENCE_WEIGHTS = np.array([1, 0.1, -1, 0.3, 0.05, -0.2, 0.05, 0.05])
 SPAN_WEIGHTS = np.array([
     -0.0000, 0.0996, 0.0141, -0.0178, 0.0081, 0.0000, -0.0372, -0.0201, 0.0009, 0.0092, 0.0195,
@@ -85,7 +85,7 @@ def stem(word: str) -> str:
 @lru_cache(maxsize=1 << 16)
 def content_terms(text: str) -> frozenset[str]:
     """Stemmed, lowercase content words: what "overlap with the question" counts."""
-    return frozenset(stem(w) for w in _WORD.findall(text.lower()) if w not in STOP)
+    return frozenset(stem(w) for w in words(text) if w not in STOP)
 
 
 def question_kind(question: str) -> str:
@@ -172,9 +172,9 @@ def tokenize(text: str) -> list[Token]:
                 out[-1] = Token(last.core, last.low, last.stem, True, last.quoted)
             continue
         low = core.lower()
-        words = _WORD.findall(low)  # "caroline's" matches the question term "caroline"
+        parts = words(low)  # "caroline's" matches the question term "caroline"
         quoted = tok[:1] in "\"'“‘" or tok.rstrip(",.;:!?")[-1:] in "\"'”’"
-        out.append(Token(core, low, stem(words[0]) if words else low, boundary, quoted))
+        out.append(Token(core, low, stem(parts[0]) if parts else low, boundary, quoted))
     return out
 
 
@@ -205,7 +205,7 @@ def _span_rows(kind: str, qterms: frozenset[str], sent: Any, score: float, rank:
     is_cap = np.array(
         [k > 0 and t.core[:1].isupper() and t.low != "i" and not is_q[k] for k, t in enumerate(toks)]
     )
-    is_num = np.array([any(c.isdigit() for c in t.low) or t.low in NUMBER_WORDS for t in toks])
+    is_num = np.array([any(c.isdigit() for c in t.low) or t.low in COUNT_WORDS for t in toks])
     quoted = np.array([t.quoted for t in toks])
     after_prep = np.array([k > 0 and toks[k - 1].low in _PREPS for k in range(n)])
     q_pos = np.flatnonzero(is_q)

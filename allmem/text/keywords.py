@@ -11,6 +11,8 @@ import re
 import threading
 from collections.abc import Iterable
 
+from allmem.text import NUMBER_WORDS
+
 _MONTHS = (
     "january|february|march|april|may|june|july|august|september|october|november|december|"
     "jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec"
@@ -30,10 +32,8 @@ _DATE_PATTERNS = [
     r"\b(?:19|20)\d{2}s?\b",
 ]
 _DATE_RE = re.compile("|".join(f"(?:{p})" for p in _DATE_PATTERNS), re.I)
-_NUMBER_WORDS = (
-    "one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|fifteen|twenty|thirty|forty|fifty|"
-    "hundred|thousand|million|dozen|first|second|third|fourth|fifth|half"
-)
+# Number words that open a keyword phrase ("three kids", "a dozen eggs"): the shared ones plus two counting nouns.
+_NUMBER_WORDS = "|".join(sorted(NUMBER_WORDS | {"dozen", "half"}, key=lambda w: (-len(w), w)))
 _NUMBER_RE = re.compile(
     rf"\$?\b\d+(?:[.,:]\d+)*(?:st|nd|rd|th|s|k|%)?\b(?:\s+(?!(?:and|or|the|a|an|to|of|in)\b)(?-i:[a-z]+))?"
     rf"|\b(?:{_NUMBER_WORDS})\s+(?!(?:and|or|the|a|an|to|of|in)\b)(?-i:[a-z]+)",

@@ -1,4 +1,4 @@
-"""ATC: offline topology consolidation (paper, Algorithm 1; METHOD.md).
+"""ATC: offline topology consolidation (paper, Algorithm 1; docs/METHOD.md).
 
 ``build_consolidator(bank=, llm=, embedder=, cfg=<atc node>, run_dir=)`` returns the hook object ``AllMem``
 drives; ``summary.summarise_run_dir`` turns a run's ``atc_events.jsonl`` into the Table 2/3 figures.

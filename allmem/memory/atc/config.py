@@ -6,12 +6,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from allmem.memory.units import EMBED_FORMATS
+
 OPS: tuple[str, ...] = ("split", "merge", "update")  # also the fixed execution order
 
 
 @dataclass(frozen=True)
 class ATCConfig:
-    """Consolidation settings (METHOD.md, ATC). ``theta`` is the shared threshold; ``theta_<op>`` overrides it.
+    """Consolidation settings (docs/METHOD.md, ATC). ``theta`` is the shared threshold; ``theta_<op>`` overrides it.
 
     Triggers: every ``every_sessions`` sessions, and/or every ``every_turns`` turns, and once at the end of the
     stream when ``at_stream_end``; ``enabled: false`` turns ATC off (the no-ATC ablation).
@@ -49,8 +51,8 @@ class ATCConfig:
                 raise ValueError(f"atc.{name} must be >= 1 or null, got {v}")
         if self.top_k < 1 or self.workers < 1 or self.max_merge_size < 2:
             raise ValueError("atc.top_k and atc.workers must be >= 1, atc.max_merge_size >= 2")
-        if self.embed_format not in ("paper", "ref"):
-            raise ValueError(f"atc.embed_format must be 'paper' or 'ref', got {self.embed_format!r}")
+        if self.embed_format not in EMBED_FORMATS:
+            raise ValueError(f"atc.embed_format must be one of {EMBED_FORMATS}, got {self.embed_format!r}")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> ATCConfig:

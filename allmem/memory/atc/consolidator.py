@@ -219,7 +219,7 @@ def build_consolidator(
     dialogue_id: str = "",
     roles: Any = None,
 ) -> Consolidator:
-    """The hook object ``AllMem`` drives (METHOD.md, ATC). ``cfg`` is the ``atc:`` node."""
+    """The hook object ``AllMem`` drives (docs/METHOD.md, ATC). ``cfg`` is the ``atc:`` node."""
     conf = cfg if isinstance(cfg, ATCConfig) else ATCConfig.from_dict(cfg)
     if conf.enabled and llm is None:
         raise ValueError("atc.enabled=true needs an LLM client (resources.llm)")

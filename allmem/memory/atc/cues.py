@@ -12,21 +12,18 @@ from functools import lru_cache
 
 from nltk.stem import PorterStemmer
 
-_WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?|\d+(?:[.,:]\d+)*")
+from allmem.text import NUMBER_WORDS, is_stop_token, tokens
+
 # Sentence boundary: terminal punctuation (optionally closing quote/bracket) then whitespace.
 _SENT_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+")
 
-STOPWORDS = frozenset(
-    """a about above after again against all also am an and any are aren't as at be because been before being
-    below between both but by can can't could couldn't did didn't do does doesn't doing don't down during each
-    few for from further had hadn't has hasn't have haven't having he he'd he'll he's her here here's hers herself
-    him himself his how how's i i'd i'll i'm i've if in into is isn't it it's its itself just let's me more most
-    mustn't my myself nor of off on once only or other ought our ours ourselves out over own same shan't she she'd
-    she'll she's should shouldn't so some such than that that's the their theirs them themselves then there
-    there's these they they'd they'll they're they've this those through to too under until up very was wasn't we
-    we'd we'll we're we've were weren't what what's when when's where where's which while who who's whom why why's
-    with won't would wouldn't you you'd you'll you're you've your yours yourself yourselves really so much many
-    lot lots thing things get got gonna going go been one ones well like""".split()
+# The diagnoser's stop words are the shared list (``allmem.text``, read over whole tokens: "it'll" is one) with
+# two named changes. READ_FOR_MEANING: shared stop words the diagnoser reads (negations, also in NEGATIONS; the
+# change cue "now"; the future "will"), so they stay content words. CHAT_WORDS: chat verbs and quantifiers that
+# carry no fact in a dialogue ("really", "gonna", "a lot of things").
+READ_FOR_MEANING = frozenset("no not now will".split())
+CHAT_WORDS = frozenset(
+    "really much many lot lots thing things get got gonna going go one ones well like ought".split()
 )
 # Words that make an utterance social rather than factual ("Thanks!", "Bye, take care!").
 PHATIC = frozenset(
@@ -67,11 +64,6 @@ STRONG_CUES = (
     "no more",
 )
 WEAK_CUES = ("now", "recently", "new", "actually", "currently", "since", "lately")
-NUMBER_WORDS = frozenset(
-    """zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen
-    seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred thousand
-    million first second third fourth fifth""".split()
-)
 # Verbs and nouns that mark an enduring state (which a newer statement can supersede) rather than an event
 # (which accumulates: two hikes are two facts).
 STATE_MARKERS = frozenset(
@@ -90,8 +82,14 @@ def stem(word: str) -> str:
 
 
 def words(text: str) -> list[str]:
-    """Word and number tokens with their original casing."""
-    return _WORD.findall(text)
+    """Word and number tokens with their original casing (``allmem.text.tokens``)."""
+    return tokens(text)
+
+
+def is_stop(word: str) -> bool:
+    """A stop word for the diagnoser: the shared list with its two named changes (see ``READ_FOR_MEANING``)."""
+    low = word.lower()
+    return low not in READ_FOR_MEANING and (low in CHAT_WORDS or is_stop_token(low))
 
 
 def content_stems(text: str, names: frozenset[str] = frozenset()) -> frozenset[str]:
@@ -99,7 +97,7 @@ def content_stems(text: str, names: frozenset[str] = frozenset()) -> frozenset[s
     out = set()
     for w in words(text):
         lw = w.lower()
-        if lw in STOPWORDS or lw in PHATIC or lw in NEGATIONS or _is_name(w, names):
+        if is_stop(lw) or lw in PHATIC or lw in NEGATIONS or _is_name(w, names):
             continue
         out.add(stem(lw))
     return frozenset(out)
@@ -128,7 +126,7 @@ def value_tokens(text: str, ignore: frozenset[str] = frozenset()) -> frozenset[s
                 continue
             if w[0].isdigit() or lw in NUMBER_WORDS:
                 out.add(lw)
-            elif i > 0 and w[0].isupper() and w != "I" and not w.startswith("I'") and lw not in STOPWORDS:
+            elif i > 0 and w[0].isupper() and w != "I" and not w.startswith("I'") and not is_stop(lw):
                 out.add(lw)
     return frozenset(out)
 
@@ -247,11 +245,7 @@ def is_phatic(text: str, ignore: frozenset[str] = frozenset()) -> bool:
     if not toks or len(toks) > 16:
         return False
     return all(
-        t.lower() in STOPWORDS
-        or t.lower() in PHATIC
-        or t.lower() in FORMULAE
-        or is_negation(t)
-        or _is_name(t, ignore)
+        is_stop(t) or t.lower() in PHATIC or t.lower() in FORMULAE or is_negation(t) or _is_name(t, ignore)
         for t in toks
     )
 

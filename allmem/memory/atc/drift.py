@@ -10,7 +10,7 @@ anchors: the feature value at which the evidence is "even" (p = 0.5) and the val
 capped by vetoes. So p >= 0.9 means every feature reached its "safe" anchor and no veto fired; theta = 0.7 means
 every feature is at least halfway between "even" and "safe". The anchors live in :class:`Calibration`; they were
 set on the synthetic drift corpus (``benchmarks.synthetic_drift``, calibration seed 0, never the test seeds)
-and on LoCoMo conv-26/30/41/42/43 only. Vetoes and their caps:
+and on LoCoMo's fit conversations only (``fit_dialogues`` of ``configs/dataset/locomo.yaml``). Vetoes and their caps:
 
 - Merge: different speakers -> 0; conflicting values (each side names a number or name the other lacks), a
   negation on one side only, or a strong change cue in the newer unit -> 0.4 (that is an Update, not a copy).

@@ -19,7 +19,8 @@ from allmem.memory.atc.config import ATCConfig
 from allmem.memory.atc.gate import Target
 from allmem.memory.atc.meter import Meter
 from allmem.memory.bank import EvidenceRecord, MemoryBank, Unit
-from allmem.memory.write import default_describe, embed_text
+from allmem.memory.units import descriptor_text
+from allmem.memory.write import default_describe
 
 EXECUTED, SKIPPED, NOOP = "executed", "skipped", "noop"
 
@@ -121,7 +122,7 @@ class Executor:
         return None
 
     def _embed(self, descriptors: Sequence[tuple[str, Sequence[str]]]) -> np.ndarray:
-        texts = [embed_text(s, list(k), self.cfg.embed_format) for s, k in descriptors]
+        texts = [descriptor_text(s, list(k), self.cfg.embed_format) for s, k in descriptors]
         return np.asarray(self.embedder.encode(texts), dtype=np.float32)
 
     def _rewire(self, sources: Sequence[str], targets: Sequence[str]) -> None:
