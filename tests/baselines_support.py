@@ -8,15 +8,15 @@ from typing import Any
 
 import numpy as np
 
+from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
 from allmem.systems import MemorySystem
 from allmem.types import SessionInfo, Turn
-from tests.fakes import BowEmbedder
 
 T0 = datetime(2023, 5, 8, 13, 0)
 
 
-class TableEmbedder(BowEmbedder):
+class TableEmbedder(HashEmbedder):
     """Bag-of-words vectors, except for texts whose vector a test pins (normalised, padded to ``dim``)."""
 
     def __init__(self, table: Mapping[str, Sequence[float]] | None = None, dim: int = 64) -> None:
