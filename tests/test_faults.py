@@ -399,6 +399,7 @@ def test_results_and_caches_resolve_against_the_repository_not_the_current_direc
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ALLMEM_CACHE", raising=False)
+    monkeypatch.delenv("ALLMEM_RESULTS", raising=False)  # the suite points it at a temporary folder
     with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
         cfg = compose(config_name="config", return_hydra_config=True)
     assert OmegaConf.select(cfg, "run.root") == str(REPO / "results" / "runs")

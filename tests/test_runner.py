@@ -176,12 +176,13 @@ def test_multirun_and_report(tmp_path, cache_dir, fixtures_dir):
         [*ALLMEM, "run", "-m", "method=bm25,full_history", f"dataset.path={tiny}", *_common(tmp_path, cache_dir)],
         cwd=REPO, check=True, capture_output=True,
     )  # fmt: skip
-    done = sorted(p.parent.name.split("-")[0] for p in tmp_path.rglob(rundir.DONE))
+    done = sorted(p.parent.name.split("-")[0].split(",")[0] for p in tmp_path.rglob(rundir.DONE))
     assert done == ["bm25", "full_history"]
     out = subprocess.run(
         [*ALLMEM, "report", str(tmp_path)], cwd=REPO, check=True, capture_output=True, text=True
     )
-    assert "| bm25 |" in out.stdout and "| full_history |" in out.stdout
+    # rows are labelled by the run's name: the method and its overrides (here the hash embedder)
+    assert "| bm25,embedder=hash |" in out.stdout and "| full_history,embedder=hash |" in out.stdout
     assert "offline" in out.stdout
 
 
