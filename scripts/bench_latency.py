@@ -11,9 +11,9 @@ Not a timed test: timings depend on the machine, so every table prints ratios ne
    topic, and short texts of Zipf-distributed words for the lexical channel. Per N: exact (numpy) and
    approximate (faiss, ``approx_kind`` as the config's ``backend: auto`` chooses it) Stage 1 latency, recall@10
    of the approximate top 10 against the exact one, Mem-Lat of the paper pipeline on each, the BM25 channel
-   (top 100 of the surface) and the variant's whole Mem-Lat (fused Stage 1, neighbour Stage 3) at the same N.
-   Index building is reported apart, as the paper does. The 10^6 bank needs about 8 GB of memory and a few
-   minutes to build.
+   (top 100 of the surface) at the same N, and the variant's whole Mem-Lat (fused Stage 1, neighbour Stage 3)
+   up to ``--variant-max``. Index building is reported apart, as the paper does. The 10^6 bank needs about
+   9 GB of memory and several minutes to build.
 
     python scripts/bench_latency.py                          # both parts (make bench)
     python scripts/bench_latency.py --sizes 10000 100000 --locomo 1 --queries 100
@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from allmem.memory.bank import MemoryBank
+from allmem.memory.lexical import BM25Index, BM25Params
 from allmem.memory.retrieve import RetrievalConfig, Retriever
 from allmem.memory.vector import SurfaceIndex
 
@@ -89,7 +90,9 @@ def locomo_side_by_side(n_dialogues: int) -> list[dict[str, Any]]:
         system = build(cfg.method, resources=Resources(embedder=embedder, llm=llm, run_dir=tmp))
         ingest(system, d, progress=False)
         log(f"LoCoMo {d.id}: bank of {len(system.bank)} units in {time.perf_counter() - t0:.0f}s")
-        retrievers = {m: Retriever(system.bank, embedder, rcfg, vector) for m, (rcfg, vector) in configs.items()}
+        retrievers = {
+            m: Retriever(system.bank, embedder, rcfg, vector) for m, (rcfg, vector) in configs.items()
+        }
         for r in retrievers.values():  # warm-up: query embeddings into the cache, indexes built
             for q in d.questions:
                 r.retrieve(q.text)
@@ -194,7 +197,7 @@ def _median_memlat(r: Retriever, queries: np.ndarray, texts: list[str], warmup: 
     return statistics.median(out)
 
 
-def synthetic_row(n: int, n_queries: int) -> dict[str, Any]:
+def synthetic_row(n: int, n_queries: int, with_variant: bool) -> dict[str, Any]:
     t0 = time.perf_counter()
     bank = build_bank(n)
     row: dict[str, Any] = {"n": n, "visible": bank.n_visible, "build_s": time.perf_counter() - t0}
@@ -227,23 +230,29 @@ def synthetic_row(n: int, n_queries: int) -> dict[str, Any]:
     r_approx = Retriever(bank, no_embed, paper, approx)
     r_approx.index = approx_index  # the index built above: its build time is not query latency
     row["memlat_approx"] = _median_memlat(r_approx, queries, texts)
-    # the variant: BM25 over the units' texts, fused with the dense channel (vector search as the config says)
-    variant = replace(variant, query_max_df=None)  # synthetic queries arrive as vectors: nothing to filter
-    r_var = Retriever(bank, no_embed, variant, vector)
-    if r_var.index.uses_faiss():
-        r_var.index = approx_index
+    # the lexical channel at the same N: BM25 (the variant's field and parameters) over the units' texts
+    bm25 = BM25Index(bank, field=variant.bm25_field, params=BM25Params(variant.bm25_k1, variant.bm25_b))
     t0 = time.perf_counter()
-    r_var.sync()
+    bm25.sync()
     row["bm25_build_s"] = time.perf_counter() - t0
-    assert r_var.bm25 is not None
     bm25_ms = []
     for t in texts:
         t0 = time.perf_counter()
-        r_var.bm25.search(t, 100)
+        bm25.search(t, 100)
         bm25_ms.append(1000 * (time.perf_counter() - t0))
     row["bm25"] = statistics.median(bm25_ms)
-    row["memlat_variant"] = _median_memlat(r_var, queries, texts)
-    row["variant_backend"] = "faiss" if r_var.index.uses_faiss() else "numpy"
+    row["memlat_variant"], row["variant_backend"] = None, "-"
+    if with_variant:  # the whole variant: fused Stage 1 (vector search as the config says), neighbour Stage 3
+        variant = replace(
+            variant, query_max_df=None
+        )  # synthetic queries arrive as vectors: nothing to filter
+        r_var = Retriever(bank, no_embed, variant, vector)
+        r_var.bm25 = bm25
+        if r_var.index.uses_faiss():
+            r_var.index = approx_index
+        r_var.sync()
+        row["memlat_variant"] = _median_memlat(r_var, queries, texts)
+        row["variant_backend"] = "faiss" if r_var.index.uses_faiss() else "numpy"
     return row
 
 
@@ -254,12 +263,23 @@ def fmt(x: float | None) -> str:
 
 def print_locomo(rows: list[dict[str, Any]], n_dialogues: int) -> None:
     base = next(r for r in rows if r["method"] == "allmem")
-    print(f"\n## LoCoMo size: first {n_dialogues} conversation(s), {base['n_queries']} questions, ms per query\n")
-    print("| method | Mem-Lat median (no embed) | mean | p95 | vs allmem (median) | query embedding (median) |")
+    print(
+        f"\n## LoCoMo size: first {n_dialogues} conversation(s), {base['n_queries']} questions, ms per query\n"
+    )
+    print(
+        "| method | Mem-Lat median (no embed) | mean | p95 | vs allmem (median) | query embedding (median) |"
+    )
     print("|---|---|---|---|---|---|")
     for r in rows:
         ratio = r["median"] / base["median"]
-        cells = [r["method"], fmt(r["median"]), fmt(r["mean"]), fmt(r["p95"]), f"{ratio:.2f}x", fmt(r["embed"])]
+        cells = [
+            r["method"],
+            fmt(r["median"]),
+            fmt(r["mean"]),
+            fmt(r["p95"]),
+            f"{ratio:.2f}x",
+            fmt(r["embed"]),
+        ]
         print("| " + " | ".join(cells) + " |")
 
 
@@ -272,7 +292,7 @@ def print_synthetic(rows: list[dict[str, Any]]) -> None:
     print(head)
     print("|" + "|".join("---" for _ in range(head.count("|") - 1)) + "|")
     for r in rows:
-        variant = f"{fmt(r['memlat_variant'])} ({r['variant_backend']})"
+        variant = f"{fmt(r['memlat_variant'])} ({r['variant_backend']})" if r["memlat_variant"] else "-"
         cells = [f"{r['n']:,}", f"{r['visible']:,}", fmt(r["s1_exact"]), fmt(r["s1_approx"]), r["approx_kind"],
                  f"{r['recall@10']:.3f}", fmt(r["memlat_exact"]), fmt(r["memlat_approx"]), fmt(r["bm25"]), variant,
                  f"{r['build_s']:.0f}", f"{r['approx_build_s']:.0f}", f"{r['bm25_build_s']:.0f}"]  # fmt: skip
@@ -284,12 +304,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--locomo", type=int, default=2, help="LoCoMo conversations for part 1 (0: skip)")
     ap.add_argument("--sizes", type=int, nargs="*", default=[10_000, 100_000, 1_000_000])
     ap.add_argument("--queries", type=int, default=200, help="synthetic queries per size")
+    ap.add_argument(
+        "--variant-max", type=int, default=100_000,
+        help="largest N at which the whole variant is timed (its link index adds memory at 10^6)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
 
     locomo = locomo_side_by_side(args.locomo) if args.locomo else []
     synthetic = []
     for n in args.sizes:
-        synthetic.append(synthetic_row(n, args.queries))
+        synthetic.append(synthetic_row(n, args.queries, n <= args.variant_max))
         log(f"synthetic N={n:,} done")
     if locomo:
         print_locomo(locomo, args.locomo)

@@ -160,14 +160,18 @@ def fit_bm25(dialogues: Sequence[Any], fit: Sequence[str]) -> dict[str, float]:
     return best
 
 
-def fit_hybrid_rag(dialogues: Sequence[Any], fit: Sequence[str], embedder: Any, bm25: Mapping[str, float]) -> dict:
+def fit_hybrid_rag(
+    dialogues: Sequence[Any], fit: Sequence[str], embedder: Any, bm25: Mapping[str, float]
+) -> dict:
     """The fusion weight of ``hybrid_rag``, then k1 and b again beside it (starting from ``bm25``'s)."""
     from allmem.systems import Resources
     from baselines.bm25 import TurnBM25
     from baselines.hybrid_rag import HybridRAG
 
     fit_dialogues = [d for d in dialogues if d.id in fit]
-    systems = turn_systems(lambda: HybridRAG(k=50, resources=Resources(embedder=embedder), **bm25), fit_dialogues)
+    systems = turn_systems(
+        lambda: HybridRAG(k=50, resources=Resources(embedder=embedder), **bm25), fit_dialogues
+    )
 
     def objective(p: Mapping[str, Any]) -> float:
         for s in systems.values():

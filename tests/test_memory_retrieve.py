@@ -10,7 +10,7 @@ import pytest
 from test_memory_fakes import T0
 
 from allmem.memory.bank import MemoryBank
-from allmem.memory.fusion import Fusion, fuse
+from allmem.memory.fusion import Fusion, fuse, top_positions
 from allmem.memory.lexical import BM25Index
 from allmem.memory.retrieve import RetrievalConfig, Retriever, expand, rrf
 from allmem.memory.signals import neighbour_scores
@@ -209,6 +209,21 @@ def test_neighbour_term_lets_an_expanded_unit_outrank_an_anchor() -> None:
     assert neighbour_scores(bank, base, {"semantic": 0.5}) == pytest.approx(base)
 
 
+def test_reply_weight_applies_to_the_turn_after_a_question() -> None:
+    texts = ["What inspired you?", "A visit to the LGBTQ center.", "I painted a sunrise.", "It took a week."]
+    bank, ids = _bank_from([[1.0, float(i)] for i in range(4)], texts=texts)
+    q, a, st, t = ids
+    bank.add_link("temporal", q, a)
+    bank.add_link("temporal", st, t)
+    base = {q: 1.0, a: 0.2, st: 0.9, t: 0.2}
+    # the reply to the question gains 0.8 * 1.0; the turn after a statement only 0.1 * 0.9
+    out = neighbour_scores(bank, base, {"reply": 0.8, "temporal": 0.1})
+    assert out == pytest.approx({q: 1.0, a: 1.0, st: 0.9, t: 0.29})
+    # without a temporal weight the reply weight still applies; backward weights look at the next turn
+    assert neighbour_scores(bank, base, {"reply": 0.8})[t] == pytest.approx(0.2)
+    assert neighbour_scores(bank, base, {}, {"temporal": 0.5})[st] == pytest.approx(0.9 + 0.1)
+
+
 def test_fill_appends_the_stage1_pool_after_the_candidates() -> None:
     bank, n = _neighbour_bank()
     emb = _FixedEmbedder([1, 0, 0])
@@ -240,3 +255,30 @@ def test_bad_config_is_named() -> None:
         RetrievalConfig.from_dict({"topk": 3})
     with pytest.raises(ValueError, match="unknown link types"):
         RetrievalConfig(priority=("causal",))
+
+
+def test_top_positions_breaks_ties_by_position() -> None:
+    s = np.array([3.0, 1.0, 3.0, 2.0, 3.0])
+    assert top_positions(s, 2).tolist() == [0, 2]  # three tied at 3.0: the first two positions
+    assert top_positions(s, 4).tolist() == [0, 2, 4, 3]
+    assert sorted(top_positions(s, 2, ordered=False).tolist()) == [0, 2]
+    assert top_positions(s, 9).tolist() == [0, 2, 4, 3, 1]
+    assert top_positions(s, 0).tolist() == [] and top_positions(np.zeros(0), 3).tolist() == []
+
+
+def test_fused_stage3_scores_an_archived_unit_on_the_pool_scale() -> None:
+    texts = ["apple pie recipe", "banana bread", "apple", "cherry jam"]
+    bank, ids = _bank_from([[1, 0, 0], [0.6, 0.8, 0], [0, 1, 0], [0, 0, 1]], texts=texts)
+    bank.add_link("version", ids[2], ids[0])
+    bank.archive(ids[0])  # off the surface: reached only through its version link
+    cfg = RetrievalConfig(k=1, L=5, H=1, K=4, stage1="fused", stage3="stage1", fuse_weight=0.6)
+    r = Retriever(bank, _FixedEmbedder([1, 0, 0]), cfg)
+    res = r.retrieve("apple")
+    visible = [ids[1], ids[2], ids[3]]
+    lex = dict(zip(ids, BM25Index(bank).score("apple", ids), strict=True))
+    dense = {u: float(bank.embedding(u) @ np.array([1, 0, 0], dtype=np.float32)) for u in ids}
+    scale = Fusion.fit(0.6, np.array([lex[u] for u in visible]), np.array([dense[u] for u in visible]))
+    expected = float(scale(np.array([lex[ids[0]]]), np.array([dense[ids[0]]]))[0])
+    # the anchor "apple" (0.6 * 1 + 0.4 * 0) brings the archived "apple pie", whose cosine 1 lies above the pool
+    assert res.ids[:2] == [ids[0], ids[2]] and res.n_candidates == 2
+    assert res.scores[0] == pytest.approx(expected) and expected > 0.6

@@ -32,9 +32,6 @@ from allmem.text import index_terms
 
 FIELDS = ("descriptor", "evidence", "both")
 
-# bm25s logs at INFO on every index build; a bank rebuilds often
-logging.getLogger("bm25s").setLevel(logging.WARNING)
-
 
 @dataclass(frozen=True)
 class BM25Params:
@@ -54,6 +51,8 @@ class BM25Scorer:
     def __init__(self, docs: Sequence[Sequence[str]], params: BM25Params = BM25Params()) -> None:
         import bm25s
 
+        # bm25s sets its logger to DEBUG on import and logs every index build; a bank rebuilds often
+        logging.getLogger("bm25s").setLevel(logging.WARNING)
         self.n_docs = len(docs)
         self.params = params
         self._index = None

@@ -315,12 +315,15 @@ class Retriever:
             lex_rows, _ = self.bm25.top_rows(self._lex_all, depth)
             dense_rows, _ = self.index.search_rows(qvec, depth)
             rows = np.union1d(dense_rows, lex_rows)
-        else:  # exact: one mat-vec over the bank serves Stage 1 and Stage 3 alike
-            with single_thread_blas():
-                self._dense_all = (self.bank.full_matrix_view() @ qvec).astype(np.float64)
-            surface = self.bm25.surface_rows()
+        else:  # exact: one mat-vec over the surface serves Stage 1 and most of Stage 3
+            positions, dense_s = self.index.score_all(qvec)
+            surface = self.index.rows_at(positions)
+            self._dense_all = np.full(
+                len(self.bank), np.nan
+            )  # by row; NaN off the surface (gathered if asked)
+            self._dense_all[surface] = dense_s
             lex_rows, _ = self.bm25.top_rows(self._lex_all, depth, ordered=False)
-            dense_rows = surface[top_positions(self._dense_all[surface], depth, ordered=False)]
+            dense_rows = surface[top_positions(dense_s, depth, ordered=False)]
             mark = np.zeros(len(self._dense_all), dtype=bool)
             mark[dense_rows] = True
             mark[lex_rows] = True
@@ -341,8 +344,16 @@ class Retriever:
         return fused
 
     def _dense(self, rows: np.ndarray, qvec: np.ndarray) -> np.ndarray:
+        """Cosines of any units: read from this query's surface mat-vec where it has them, else gathered."""
         if self._dense_all is not None:
-            return self._dense_all[rows]
+            dense = self._dense_all[rows]
+            miss = np.isnan(dense)
+            if miss.any():
+                dense[miss] = self._gather(rows[miss], qvec)
+            return dense
+        return self._gather(rows, qvec)
+
+    def _gather(self, rows: np.ndarray, qvec: np.ndarray) -> np.ndarray:
         with single_thread_blas():
             return (self.bank.full_matrix_view()[rows] @ qvec).astype(np.float64)
 
@@ -353,10 +364,15 @@ class Retriever:
         assert self.bm25 is not None
         if self.cfg.stage1 == "bm25":
             return self.bm25.scores_all(query)[rows]
-        if self._fused_all is not None:
-            return self._fused_all[rows]
         assert self._lex_all is not None  # set by this query's Stage 1
-        return self._fused(rows, self._lex_all[rows], self._dense(rows, qvec))
+        if self._fused_all is None:
+            return self._fused(rows, self._lex_all[rows], self._dense(rows, qvec))
+        fused = self._fused_all[rows]
+        miss = np.isnan(fused)  # units off the surface (archived ones reached at Stage 2)
+        if miss.any():
+            off = rows[miss]
+            fused[miss] = self._fused(off, self._lex_all[off], self._gather(off, qvec))
+        return fused
 
     # ------------------------------------------------------------------ Stage 3
     def stage3(self, query: str, qvec: np.ndarray, cands: list[str]) -> tuple[list[str], list[float]]:

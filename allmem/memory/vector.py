@@ -123,10 +123,11 @@ class SurfaceIndex:
         return self.backend == "faiss"
 
     def score_all(self, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Cosine to every surface unit: (positions, scores); used by hybrid fusion for deep candidate lists."""
+        """Cosine to every surface unit: (positions, scores as float64); the exact path of fused Stage 1."""
         mat = self._matrix()
         with single_thread_blas():
-            return np.arange(len(mat)), mat @ np.asarray(query, dtype=np.float32).reshape(-1)
+            scores = mat @ np.asarray(query, dtype=np.float32).reshape(-1)
+        return np.arange(len(mat)), scores.astype(np.float64)
 
     # ------------------------------------------------------------------ faiss upkeep
     def sync(self) -> None:
