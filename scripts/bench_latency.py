@@ -148,7 +148,7 @@ def build_bank(
                 bank.add_link("semantic", other, uid, w)
             same.append(uid)
             prev = uid
-        if n >= 200_000:
+        if n >= 200_000 and stop % 200_000 == 0:
             log(f"synthetic N={n:,}: {stop:,} units written ({time.perf_counter() - t0:.0f}s)")
     n_archive = int(round((1 - visible_frac) * n))
     for row in rng.choice(n, size=n_archive, replace=False):
@@ -280,23 +280,25 @@ def print_locomo(rows: list[dict[str, Any]], n_dialogues: int) -> None:
             f"{ratio:.2f}x",
             fmt(r["embed"]),
         ]
-        print("| " + " | ".join(cells) + " |")
+        print("| " + " | ".join(cells) + " |", flush=True)
 
 
-def print_synthetic(rows: list[dict[str, Any]]) -> None:
+def print_synthetic_head() -> None:
     print("\n## Synthetic banks: median ms per query (no query embedding); index builds apart\n")
     head = (
         "| N | visible | S1 exact | S1 approx | approx kind | recall@10 | Mem-Lat exact | Mem-Lat approx | "
         "BM25 top-100 | variant Mem-Lat | bank build s | approx build s | BM25 build s |"
     )
     print(head)
-    print("|" + "|".join("---" for _ in range(head.count("|") - 1)) + "|")
-    for r in rows:
-        variant = f"{fmt(r['memlat_variant'])} ({r['variant_backend']})" if r["memlat_variant"] else "-"
-        cells = [f"{r['n']:,}", f"{r['visible']:,}", fmt(r["s1_exact"]), fmt(r["s1_approx"]), r["approx_kind"],
-                 f"{r['recall@10']:.3f}", fmt(r["memlat_exact"]), fmt(r["memlat_approx"]), fmt(r["bm25"]), variant,
-                 f"{r['build_s']:.0f}", f"{r['approx_build_s']:.0f}", f"{r['bm25_build_s']:.0f}"]  # fmt: skip
-        print("| " + " | ".join(cells) + " |")
+    print("|" + "|".join("---" for _ in range(head.count("|") - 1)) + "|", flush=True)
+
+
+def print_synthetic_row(r: dict[str, Any]) -> None:
+    variant = f"{fmt(r['memlat_variant'])} ({r['variant_backend']})" if r["memlat_variant"] else "-"
+    cells = [f"{r['n']:,}", f"{r['visible']:,}", fmt(r["s1_exact"]), fmt(r["s1_approx"]), r["approx_kind"],
+             f"{r['recall@10']:.3f}", fmt(r["memlat_exact"]), fmt(r["memlat_approx"]), fmt(r["bm25"]), variant,
+             f"{r['build_s']:.0f}", f"{r['approx_build_s']:.0f}", f"{r['bm25_build_s']:.0f}"]  # fmt: skip
+    print("| " + " | ".join(cells) + " |", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -310,15 +312,13 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     args = ap.parse_args(argv)
 
-    locomo = locomo_side_by_side(args.locomo) if args.locomo else []
-    synthetic = []
-    for n in args.sizes:
-        synthetic.append(synthetic_row(n, args.queries, n <= args.variant_max))
-        log(f"synthetic N={n:,} done")
-    if locomo:
-        print_locomo(locomo, args.locomo)
-    if synthetic:
-        print_synthetic(synthetic)
+    if args.locomo:  # each table is printed as soon as it is measured: a long run shows its results early
+        print_locomo(locomo_side_by_side(args.locomo), args.locomo)
+    if args.sizes:
+        print_synthetic_head()
+        for n in args.sizes:
+            print_synthetic_row(synthetic_row(n, args.queries, n <= args.variant_max))
+            log(f"synthetic N={n:,} done")
     return 0
 
 

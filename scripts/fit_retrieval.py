@@ -9,9 +9,14 @@ Retrieval runs exactly as in ``allmem run``: the same systems, built from the sa
 same code, and R@5 / N@5 come from ``allmem.metrics.retrieval`` on ``rank_source_ids`` of the returned units.
 Only the reader is skipped (it does not change R@k / N@k), so a search step takes seconds, not minutes.
 
-    .venv/bin/python scripts/fit_retrieval.py                 # all three, about N minutes on 2 cores
-    .venv/bin/python scripts/fit_retrieval.py --only allmem_hybrid --rounds 2
-    .venv/bin/python scripts/fit_retrieval.py --ablation      # the variant's ablation table (fit and held out)
+    .venv/bin/python scripts/fit_retrieval.py                 # all three: about an hour on 2 shared cores
+    .venv/bin/python scripts/fit_retrieval.py --only bm25 hybrid_rag          # the baselines: a few minutes
+    .venv/bin/python scripts/fit_retrieval.py --only allmem_hybrid --rounds 3
+
+The variant's search starts from the values in configs/method/allmem_hybrid.yaml and moves one key at a time
+over ``VARIANT_GRID`` (a move is kept only when it raises the objective), so a rerun from the written values
+confirms them rather than searching again from scratch. The ablation table comes from runner runs of the
+``allmem_hybrid_no*`` configs (README, "Benchmarks and ablations").
 """
 
 from __future__ import annotations
@@ -271,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", help="LoCoMo file (default: data/locomo or ../shared/data/locomo)")
     ap.add_argument("--only", nargs="+", default=["bm25", "hybrid_rag", "allmem_hybrid"])
-    ap.add_argument("--rounds", type=int, default=2, help="coordinate-ascent rounds for allmem_hybrid")
+    ap.add_argument("--rounds", type=int, default=3, help="coordinate-ascent rounds for allmem_hybrid")
     ap.add_argument("--no-heldout", action="store_true", help="skip the held-out scores printed at the end")
     args = ap.parse_args(argv)
 
