@@ -9,7 +9,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from test_memory_fakes import HashEmbedder
 
-from allmem.budget import pack, render_unit
+from allmem.budget import context_line, pack
 from allmem.llm import build_llm
 from allmem.memory.signals import in_periods, query_periods
 from allmem.runner import build
@@ -70,7 +70,7 @@ def test_variant_fills_the_budget_and_pack_stops_at_a_unit_boundary(tmp_path) ->
     assert len(theirs) == 16  # the paper keeps K units
     assert len(ours) > 16  # the variant returns more than fits: the budget decides
     assert [u.score for u in ours] == sorted((u.score for u in ours), reverse=True)
-    lines = [render_unit(u) for u in ours]
+    lines = [context_line(u) for u in ours]
     budget = count_tokens("\n".join(lines[:20])) + 5  # room for 20 units and a few tokens, not for a 21st
     packed = pack(ours, budget)
     assert packed.used_tokens <= budget
