@@ -10,7 +10,7 @@ export WANDB_MODE ?= disabled
 export TOKENIZERS_PARALLELISM := false
 
 # Methods run by `make reproduce` on the full LoCoMo (offline backend).
-METHODS ?= full_history,naive_rag,bm25,allmem_noatc,allmem,mem0,amem,lightmem,hipporag,memgpt
+METHODS ?= full_history,naive_rag,bm25,bm25_okapi,hybrid_rag,allmem_noatc,allmem,allmem_hybrid,mem0,amem,lightmem,hipporag,memgpt
 # All-Mem (no consolidation) with the other Stage 1 scorers, next to BM25 and Naive RAG.
 STAGE1 ?= stage1_bm25,stage1_hybrid
 REPRO_DIR ?= results/runs/reproduce
@@ -45,7 +45,7 @@ reproduce: $(STAMP) ## Run every method on the full LoCoMo (offline backend) and
 	$(VENV)/bin/allmem run -m dataset=locomo +experiment=$(STAGE1) run.root=$(REPRO_DIR)
 	$(VENV)/bin/allmem report $(REPRO_DIR) --out results/tables/locomo_offline.md --figures results/figures
 
-bench: $(STAMP) ## Retrieval latency benchmark (numpy vs faiss, visible vs full surface)
+bench: $(STAMP) ## Mem-Lat: allmem vs allmem_hybrid on LoCoMo; exact vs approximate search and BM25 up to 10^6 units
 	$(PY) scripts/bench_latency.py
 
 lint: $(STAMP) ## ruff check + format check

@@ -1,10 +1,10 @@
-"""BM25 (Okapi, ``rank_bm25.BM25Okapi`` defaults k1=1.5, b=0.75) over the rendered turns, top ``k``.
+"""BM25 over the rendered turns, top ``k``: Lucene's BM25 with Snowball stemming, k1 and b fitted.
 
-Tokenisation is deliberately simple and documented so results are reproducible: lowercase, words are runs of
-letters/digits (an apostrophe splits: "don't" → "don", "t"), English stop words removed (the list below, in the
-spirit of NLTK's, written out here so no corpus download is needed), no stemming. Stop-word removal matters for
-conversational text: without it "what", "did", "the" dominate short queries. The index is rebuilt lazily when
-turns were added since the last retrieval.
+The standard lexical baseline (what Pyserini/Lucene or bm25s give a practitioner), scored by the project's one
+BM25 home (``allmem.memory.lexical.BM25Scorer``, on bm25s) over ``allmem.text.index_terms``: the same terms and
+formula as All-Mem's lexical channel and ``hybrid_rag``. k1 and b in ``configs/method/bm25.yaml`` were chosen on
+the fit conversations by ``scripts/fit_retrieval.py``. The index is rebuilt lazily when turns were added since
+the last retrieval. ``bm25_okapi`` keeps the project's first (rank_bm25 Okapi, unstemmed) baseline.
 """
 
 from __future__ import annotations
@@ -13,53 +13,67 @@ import time
 from datetime import datetime
 
 import numpy as np
-from rank_bm25 import BM25Okapi
 
+from allmem.memory.lexical import BM25Params, BM25Scorer
 from allmem.systems import Resources
-from allmem.text import content_words
+from allmem.text import index_terms
 from allmem.types import RetrievalResult
 
 from ._turns import TurnMemory
 
 
-def tokenize(text: str) -> list[str]:
-    """Lowercase alphanumeric words minus stop words (allmem.text: shared with All-Mem's BM25 scorer)."""
-    return content_words(text)
+class TurnBM25:
+    """Lucene BM25 over a growing list of turns, rebuilt on the first query after new turns."""
+
+    def __init__(self, k1: float, b: float) -> None:
+        self.params = BM25Params(k1, b)
+        self._terms: list[list[str]] = []
+        self._scorer: BM25Scorer | None = None
+
+    def reset(self) -> None:
+        self._terms, self._scorer = [], None
+
+    def add(self, text: str) -> None:
+        self._terms.append(index_terms(text))
+        self._scorer = None
+
+    def build(self) -> float:
+        """Index upkeep (ms): rebuild if turns were added since the last build."""
+        t0 = time.perf_counter()
+        if self._scorer is None:
+            self._scorer = BM25Scorer(self._terms, self.params)
+        return 1000 * (time.perf_counter() - t0)
+
+    def scores(self, query: str) -> np.ndarray:
+        self.build()
+        assert self._scorer is not None
+        return self._scorer.scores(index_terms(query))
 
 
 class BM25(TurnMemory):
     name = "bm25"
 
-    def __init__(self, k: int | None = 50, resources: Resources | None = None) -> None:
+    def __init__(
+        self, k: int | None = 50, k1: float = 1.2, b: float = 0.75, resources: Resources | None = None
+    ) -> None:
         super().__init__(k=k, resources=resources)
-        self._index: BM25Okapi | None = None
-        self._indexed = 0
+        self.lexical = TurnBM25(k1, b)
 
     def reset(self, dialogue_id: str) -> None:
         super().reset(dialogue_id)
-        self._index, self._indexed = None, 0
+        self.lexical.reset()
 
-    def _build(self) -> float:
-        t0 = time.perf_counter()
-        if self.turns and self._indexed != len(self.turns):
-            # BM25Okapi cannot take an empty corpus or an all-empty document list: pad empty docs with a
-            # token no query can produce, so every turn keeps its row
-            docs = [tokenize(t.render()) or ["\0"] for t in self.turns]
-            self._index = BM25Okapi(docs)
-            self._indexed = len(self.turns)
-        return 1000 * (time.perf_counter() - t0)
+    def ingest(self, turn) -> None:  # noqa: ANN001 - Turn, as in the base class
+        super().ingest(turn)
+        self.lexical.add(turn.render())
 
     def end_stream(self) -> None:
-        self._build()
+        self.lexical.build()
 
     def retrieve(self, query: str, when: datetime | None = None) -> RetrievalResult:
-        build_ms = self._build()
+        build_ms = self.lexical.build()
         t0 = time.perf_counter()
-        terms = tokenize(query)
-        if self._index is None or not terms:
-            scores = np.zeros(len(self.turns), dtype=np.float64)
-        else:
-            scores = np.asarray(self._index.get_scores(terms), dtype=np.float64)
+        scores = self.lexical.scores(query)
         result = self.ranked(scores, {})
         timings = {"index": build_ms, "search": 1000 * (time.perf_counter() - t0)}
         return RetrievalResult(units=result.units, timings_ms=timings)

@@ -1,24 +1,32 @@
-"""Mem-Lat benchmark: query embedding, Stage 1, 2, 3 and totals on synthetic banks (numpy vs faiss, visible vs full).
+"""Mem-Lat benchmark: retrieval latency per query without the query embedding, side by side in one run.
 
-Not a timed test: timings depend on the machine. Banks are synthetic but shaped like a consolidated All-Mem bank:
-384-d unit vectors drawn around topic centroids, a temporal chain, up to 3 semantic links per insert to earlier
-units of the same topic (both ways, under the d_sigma cap), and a consolidated share of units archived, each
-with a version or sibling link from a visible unit of its topic. The retrieval budgets are the paper's
-(k=10, L=40, K=16, H=2). Medians over the queries; Mem-Lat = Stage 1 + 2 + 3 (+ the query embedding for
-"total"), index upkeep excluded as in the paper.
+Not a timed test: timings depend on the machine, so every table prints ratios next to the milliseconds.
 
-    python scripts/bench_latency.py                       # N = 500, 5k, 10k, 50k, 500k
-    python scripts/bench_latency.py --sizes 500 10000 --queries 300 --no-embed
+1. LoCoMo size: paper-faithful ``allmem`` and the ``allmem_hybrid`` variant on the real LoCoMo banks of the
+   first ``--locomo`` conversations (consolidation off: it changes a few units, not the latency), every question
+   of those conversations; Stage 1 + 2 + 3 (Mem-Lat without the query embedding), the embedding apart.
+2. Synthetic banks of N units (default 10^4, 10^5, 10^6), shaped like a consolidated All-Mem bank: 384-d unit
+   vectors around topic centroids, a temporal chain, up to 3 semantic links per insert to earlier units of the
+   same topic (under the d_sigma cap), 40% archived with a version or sibling link from a visible unit of their
+   topic, and short texts of Zipf-distributed words for the lexical channel. Per N: exact (numpy) and
+   approximate (faiss, ``approx_kind`` as the config's ``backend: auto`` chooses it) Stage 1 latency, recall@10
+   of the approximate top 10 against the exact one, Mem-Lat of the paper pipeline on each, the BM25 channel
+   (top 100 of the surface) at the same N, and the variant's whole Mem-Lat (fused Stage 1, neighbour Stage 3)
+   up to ``--variant-max``. Index building is reported apart, as the paper does. The 10^6 bank needs about
+   9 GB of memory and several minutes to build.
+
+    python scripts/bench_latency.py                          # both parts (make bench)
+    python scripts/bench_latency.py --sizes 10000 100000 --locomo 1 --queries 100
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
-import tempfile
 import time
+from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -26,36 +34,122 @@ from typing import Any
 import numpy as np
 
 from allmem.memory.bank import MemoryBank
+from allmem.memory.lexical import BM25Index, BM25Params
 from allmem.memory.retrieve import RetrievalConfig, Retriever
+from allmem.memory.vector import SurfaceIndex
 
 T0 = datetime(2023, 1, 1)
+ROOT = Path(__file__).resolve().parents[1]
+METHODS = ("allmem", "allmem_hybrid")
 
 
+def log(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------------- configs
+def method_config(method: str, overrides: Sequence[str] = ()) -> Any:
+    """The composed run configuration of ``allmem run dataset=locomo method=<method>``."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base=None):
+        return compose("config", overrides=["dataset=locomo", f"method={method}", *overrides])
+
+
+def retrieval_and_vector(method: str) -> tuple[RetrievalConfig, dict[str, Any]]:
+    from omegaconf import OmegaConf
+
+    node = method_config(method).method
+    vector = OmegaConf.to_container(node.vector, resolve=True)
+    return RetrievalConfig.from_dict(OmegaConf.to_container(node.retrieval, resolve=True)), dict(vector)
+
+
+# ---------------------------------------------------------------------------------------------------- LoCoMo size
+def locomo_side_by_side(n_dialogues: int) -> list[dict[str, Any]]:
+    """Per method: median / mean Mem-Lat without embedding and the median embedding, over real questions."""
+    import tempfile
+
+    import torch
+
+    from allmem.llm import build_llm
+    from allmem.paths import resolve_data_path
+    from allmem.runner import build, ingest
+    from allmem.systems import Resources
+    from benchmarks.locomo import load_locomo
+
+    torch.set_num_threads(1)
+    cfg = method_config("allmem", ["atc.enabled=false"])
+    embedder = build(cfg.embedder, cache_dir=Path(cfg.paths.cache_dir) / "embeddings")
+    tmp = Path(tempfile.mkdtemp(prefix="bench_"))
+    llm = build_llm(cfg.llm, run_dir=tmp, cache_dir=Path(cfg.paths.cache_dir) / "llm")
+    dialogues = load_locomo(resolve_data_path("locomo", None))[:n_dialogues]
+    configs = {m: retrieval_and_vector(m) for m in METHODS}
+    samples: dict[str, dict[str, list[float]]] = {m: {"memlat": [], "embed": []} for m in METHODS}
+    for d in dialogues:
+        t0 = time.perf_counter()
+        system = build(cfg.method, resources=Resources(embedder=embedder, llm=llm, run_dir=tmp))
+        ingest(system, d, progress=False)
+        log(f"LoCoMo {d.id}: bank of {len(system.bank)} units in {time.perf_counter() - t0:.0f}s")
+        retrievers = {
+            m: Retriever(system.bank, embedder, rcfg, vector) for m, (rcfg, vector) in configs.items()
+        }
+        for r in retrievers.values():  # warm-up: query embeddings into the cache, indexes built
+            for q in d.questions:
+                r.retrieve(q.text)
+        # interleaved, order alternating per question: both methods see the same machine load
+        for i, q in enumerate(d.questions):
+            for method in METHODS if i % 2 == 0 else METHODS[::-1]:
+                t = retrievers[method].retrieve(q.text).timings_ms
+                samples[method]["memlat"].append(t["stage1"] + t["stage2"] + t["stage3"])
+                samples[method]["embed"].append(t["embed"])
+    return [
+        {
+            "method": m,
+            "n_queries": len(s["memlat"]),
+            "median": statistics.median(s["memlat"]),
+            "mean": statistics.fmean(s["memlat"]),
+            "p95": float(np.percentile(s["memlat"], 95)),
+            "embed": statistics.median(s["embed"]),
+        }
+        for m, s in samples.items()
+    ]
+
+
+# ---------------------------------------------------------------------------------------------------- synthetic
 def build_bank(
-    n: int, dim: int = 384, visible_frac: float = 0.6, d_sigma: int = 8, seed: int = 0
+    n: int, dim: int = 384, visible_frac: float = 0.6, d_sigma: int = 8, seed: int = 0, vocab: int = 30_000
 ) -> MemoryBank:
+    """A synthetic consolidated bank of ``n`` units (see the module docstring); vectors come in chunks."""
     rng = np.random.default_rng(seed)
     n_topics = max(1, n // 25)
     centroids = rng.standard_normal((n_topics, dim), dtype=np.float32)
     topic = rng.integers(0, n_topics, n)
+    words = np.minimum(rng.zipf(1.3, size=(n, 12)), vocab) - 1  # word ids, Zipf-distributed
     bank = MemoryBank(dim=dim, d_sigma=d_sigma, capacity=n)
     members: dict[int, list[str]] = {}
     chunk = 20_000
     prev = None
+    t0 = time.perf_counter()
     for start in range(0, n, chunk):
         stop = min(n, start + chunk)
         vecs = centroids[topic[start:stop]] + 0.9 * rng.standard_normal((stop - start, dim), dtype=np.float32)
+        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
         for j, vec in enumerate(vecs):
             i = start + j
-            rec = {"speaker": "A", "text": f"synthetic turn {i}", "date": "", "source_ids": [f"S{i}"]}
-            uid = bank.create_unit([rec], f"summary {i}", ["kw"], vec, T0 + timedelta(seconds=i), order=i)
+            text = " ".join(f"w{w}" for w in words[i])
+            rec = {"speaker": "A", "text": text, "date": "", "source_ids": [f"S{i}"]}
+            uid = bank.create_unit([rec], text, (), vec, T0 + timedelta(seconds=i), order=i)
             if prev is not None:
                 bank.add_link("temporal", prev, uid)
             same = members.setdefault(int(topic[i]), [])
             for other in same[-3:]:
-                bank.link_semantic(uid, other)
+                w = float(vec @ bank.embedding(other))
+                bank.add_link("semantic", uid, other, w)
+                bank.add_link("semantic", other, uid, w)
             same.append(uid)
             prev = uid
+        if n >= 200_000 and stop % 200_000 == 0:
+            log(f"synthetic N={n:,}: {stop:,} units written ({time.perf_counter() - t0:.0f}s)")
     n_archive = int(round((1 - visible_frac) * n))
     for row in rng.choice(n, size=n_archive, replace=False):
         bank.archive(f"u{row:06d}")
@@ -79,91 +173,152 @@ def query_vectors(bank: MemoryBank, n: int, seed: int = 1) -> np.ndarray:
     return (q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32)
 
 
-def embed_latency(n_queries: int) -> float | None:
-    """Median ms of one query through the real Embedder (cold cache: model forward + cache write)."""
-    try:
-        import torch
-
-        from allmem.embed import Embedder
-    except ImportError:
-        return None
-    torch.set_num_threads(1)
-    with tempfile.TemporaryDirectory() as tmp:
-        emb = Embedder(cache_dir=Path(tmp))
-        emb.encode(["warm up the model"])
-        times = []
-        for i in range(n_queries):
-            t0 = time.perf_counter()
-            emb.encode([f"What did Caroline say about her plans for trip number {i} next summer?"])
-            times.append(1000 * (time.perf_counter() - t0))
-    return statistics.median(times)
+def query_texts(n: int, seed: int = 2, vocab: int = 30_000) -> list[str]:
+    """Four words each, drawn from the bank's Zipf vocabulary past its 50 most frequent words."""
+    rng = np.random.default_rng(seed)
+    ids = np.minimum(rng.zipf(1.3, size=(n, 4)) + 50, vocab) - 1
+    return [" ".join(f"w{w}" for w in row) for row in ids]
 
 
-def time_config(
-    bank: MemoryBank, queries: np.ndarray, backend: str, surface: str, warmup: int = 10
-) -> dict[str, float]:
-    cfg = RetrievalConfig(k=10, L=40, K=16, H=2, surface=surface)
-    r = Retriever(bank, embedder=None, cfg=cfg, vector={"backend": backend, "faiss_kind": "flat"})
-    r.sync()
-    for q in queries[:warmup]:
-        r.retrieve("", qvec=q)
-    rows: dict[str, list[float]] = {"stage1": [], "stage2": [], "stage3": [], "memlat": []}
+class _NoEmbedder:
+    """Queries arrive as vectors: nothing to embed."""
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:  # pragma: no cover - never called
+        raise RuntimeError("the benchmark passes query vectors")
+
+
+def _median_memlat(r: Retriever, queries: np.ndarray, texts: list[str], warmup: int = 5) -> float:
+    for q, t in zip(queries[:warmup], texts[:warmup], strict=True):
+        r.retrieve(t, qvec=q)
+    out = []
+    for q, t in zip(queries, texts, strict=True):
+        timings = r.retrieve(t, qvec=q).timings_ms
+        out.append(timings["stage1"] + timings["stage2"] + timings["stage3"])
+    return statistics.median(out)
+
+
+def synthetic_row(n: int, n_queries: int, with_variant: bool) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    bank = build_bank(n)
+    row: dict[str, Any] = {"n": n, "visible": bank.n_visible, "build_s": time.perf_counter() - t0}
+    queries = query_vectors(bank, n_queries)
+    texts = query_texts(n_queries)
+    paper, vector = retrieval_and_vector("allmem")
+    variant, _ = retrieval_and_vector("allmem_hybrid")
+    approx = {**vector, "backend": "faiss", "faiss_kind": vector.get("approx_kind", "ivf")}
+    exact_index = SurfaceIndex(bank, backend="numpy")
+    approx_index = SurfaceIndex(bank, **approx)
+    t0 = time.perf_counter()
+    approx_index.sync()
+    row["approx_build_s"] = time.perf_counter() - t0
+    row["approx_kind"] = approx["faiss_kind"]
+    hits, s1_exact, s1_approx = 0, [], []
     for q in queries:
-        t = r.retrieve("", qvec=q).timings_ms
-        for key in ("stage1", "stage2", "stage3"):
-            rows[key].append(t[key])
-        rows["memlat"].append(t["stage1"] + t["stage2"] + t["stage3"])
-    return {k: statistics.median(v) for k, v in rows.items()}
+        t0 = time.perf_counter()
+        truth = exact_index.search(q, 10)
+        t1 = time.perf_counter()
+        found = approx_index.search(q, 10)
+        t2 = time.perf_counter()
+        s1_exact.append(1000 * (t1 - t0))
+        s1_approx.append(1000 * (t2 - t1))
+        hits += len({u for u, _ in truth} & {u for u, _ in found})
+    row["recall@10"] = hits / (10 * len(queries))
+    row["s1_exact"], row["s1_approx"] = statistics.median(s1_exact), statistics.median(s1_approx)
+    no_embed = _NoEmbedder()
+    exact_vec = {**vector, "backend": "numpy"}
+    row["memlat_exact"] = _median_memlat(Retriever(bank, no_embed, paper, exact_vec), queries, texts)
+    r_approx = Retriever(bank, no_embed, paper, approx)
+    r_approx.index = approx_index  # the index built above: its build time is not query latency
+    row["memlat_approx"] = _median_memlat(r_approx, queries, texts)
+    # the lexical channel at the same N: BM25 (the variant's field and parameters) over the units' texts
+    bm25 = BM25Index(bank, field=variant.bm25_field, params=BM25Params(variant.bm25_k1, variant.bm25_b))
+    t0 = time.perf_counter()
+    bm25.sync()
+    row["bm25_build_s"] = time.perf_counter() - t0
+    bm25_ms = []
+    for t in texts:
+        t0 = time.perf_counter()
+        bm25.search(t, 100)
+        bm25_ms.append(1000 * (time.perf_counter() - t0))
+    row["bm25"] = statistics.median(bm25_ms)
+    row["memlat_variant"], row["variant_backend"] = None, "-"
+    if with_variant:  # the whole variant: fused Stage 1 (vector search as the config says), neighbour Stage 3
+        variant = replace(
+            variant, query_max_df=None
+        )  # synthetic queries arrive as vectors: nothing to filter
+        r_var = Retriever(bank, no_embed, variant, vector)
+        r_var.bm25 = bm25
+        if r_var.index.uses_faiss():
+            r_var.index = approx_index
+        r_var.sync()
+        row["memlat_variant"] = _median_memlat(r_var, queries, texts)
+        row["variant_backend"] = "faiss" if r_var.index.uses_faiss() else "numpy"
+    return row
 
 
+# ---------------------------------------------------------------------------------------------------- output
 def fmt(x: float | None) -> str:
     return "-" if x is None else (f"{x:.3f}" if x < 10 else f"{x:.1f}")
 
 
+def print_locomo(rows: list[dict[str, Any]], n_dialogues: int) -> None:
+    base = next(r for r in rows if r["method"] == "allmem")
+    print(
+        f"\n## LoCoMo size: first {n_dialogues} conversation(s), {base['n_queries']} questions, ms per query\n"
+    )
+    print(
+        "| method | Mem-Lat median (no embed) | mean | p95 | vs allmem (median) | query embedding (median) |"
+    )
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        ratio = r["median"] / base["median"]
+        cells = [
+            r["method"],
+            fmt(r["median"]),
+            fmt(r["mean"]),
+            fmt(r["p95"]),
+            f"{ratio:.2f}x",
+            fmt(r["embed"]),
+        ]
+        print("| " + " | ".join(cells) + " |", flush=True)
+
+
+def print_synthetic_head() -> None:
+    print("\n## Synthetic banks: median ms per query (no query embedding); index builds apart\n")
+    head = (
+        "| N | visible | S1 exact | S1 approx | approx kind | recall@10 | Mem-Lat exact | Mem-Lat approx | "
+        "BM25 top-100 | variant Mem-Lat | bank build s | approx build s | BM25 build s |"
+    )
+    print(head)
+    print("|" + "|".join("---" for _ in range(head.count("|") - 1)) + "|", flush=True)
+
+
+def print_synthetic_row(r: dict[str, Any]) -> None:
+    variant = f"{fmt(r['memlat_variant'])} ({r['variant_backend']})" if r["memlat_variant"] else "-"
+    cells = [f"{r['n']:,}", f"{r['visible']:,}", fmt(r["s1_exact"]), fmt(r["s1_approx"]), r["approx_kind"],
+             f"{r['recall@10']:.3f}", fmt(r["memlat_exact"]), fmt(r["memlat_approx"]), fmt(r["bm25"]), variant,
+             f"{r['build_s']:.0f}", f"{r['approx_build_s']:.0f}", f"{r['bm25_build_s']:.0f}"]  # fmt: skip
+    print("| " + " | ".join(cells) + " |", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[500, 5_000, 10_000, 50_000, 500_000])
-    ap.add_argument("--queries", type=int, default=200, help="queries per configuration (fewer above 100k)")
-    ap.add_argument("--backends", nargs="+", default=["numpy", "faiss"])
+    ap.add_argument("--locomo", type=int, default=2, help="LoCoMo conversations for part 1 (0: skip)")
+    ap.add_argument("--sizes", type=int, nargs="*", default=[10_000, 100_000, 1_000_000])
+    ap.add_argument("--queries", type=int, default=200, help="synthetic queries per size")
     ap.add_argument(
-        "--visible-frac", type=float, default=0.6, help="share of units left visible by consolidation"
-    )
-    ap.add_argument("--no-embed", action="store_true", help="skip the query-embedding measurement")
-    ap.add_argument("--json", type=Path, help="also write the results here")
+        "--variant-max", type=int, default=100_000,
+        help="largest N at which the whole variant is timed (its link index adds memory at 10^6)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
 
-    embed_ms = None if args.no_embed else embed_latency(50)
-    results: list[dict[str, Any]] = []
-    for n in args.sizes:
-        t0 = time.perf_counter()
-        bank = build_bank(n, visible_frac=args.visible_frac)
-        build_s = time.perf_counter() - t0
-        queries = query_vectors(bank, args.queries if n <= 100_000 else max(20, args.queries // 4))
-        for backend in args.backends:
-            vis = time_config(bank, queries, backend, "visible")
-            full = time_config(bank, queries, backend, "full")
-            results.append({"n": n, "visible": bank.n_visible, "backend": backend, "build_s": build_s,
-                            "embed": embed_ms, "vis": vis, "full": full})  # fmt: skip
-            print(f"[bench] N={n} backend={backend} built in {build_s:.1f}s", file=sys.stderr)
-        del bank
-
-    base = {(r["n"]): r for r in results if r["backend"] == "numpy"}
-    head = ("| N | visible | backend | embed | S1 vis | S1 full | full/vis | S2 | S3 | Mem-Lat vis (no embed) | "
-            "Mem-Lat full (no embed) | total vis | S1 vs numpy |")  # fmt: skip
-    print(f"\nMedian ms per query; k=10, L=40, K=16, H=2; visible share {args.visible_frac}.\n")
-    print(head)
-    print("|" + "|".join("---" for _ in range(head.count("|") - 1)) + "|")
-    for r in results:
-        v, f = r["vis"], r["full"]
-        ref = base.get(r["n"])
-        vs_numpy = v["stage1"] / ref["vis"]["stage1"] if ref else None
-        total = v["memlat"] + r["embed"] if r["embed"] is not None else None
-        cells = [f"{r['n']:,}", f"{r['visible']:,}", r["backend"], fmt(r["embed"]), fmt(v["stage1"]), fmt(f["stage1"]),
-                 f"{f['stage1'] / v['stage1']:.2f}x", fmt(v["stage2"]), fmt(v["stage3"]), fmt(v["memlat"]),
-                 fmt(f["memlat"]), fmt(total), "-" if vs_numpy is None else f"{vs_numpy:.2f}x"]  # fmt: skip
-        print("| " + " | ".join(cells) + " |")
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
+    if args.locomo:  # each table is printed as soon as it is measured: a long run shows its results early
+        print_locomo(locomo_side_by_side(args.locomo), args.locomo)
+    if args.sizes:
+        print_synthetic_head()
+        for n in args.sizes:
+            print_synthetic_row(synthetic_row(n, args.queries, n <= args.variant_max))
+            log(f"synthetic N={n:,} done")
     return 0
 
 

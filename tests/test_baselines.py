@@ -1,4 +1,4 @@
-"""The three baselines on tiny hand-made dialogues: ranking, recency order, reset, budget interplay."""
+"""The turn-level baselines on tiny hand-made dialogues: ranking, recency order, reset, budget interplay."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import pytest
 from allmem.budget import pack
 from allmem.systems import Resources
 from allmem.types import SessionInfo, Turn
-from baselines.bm25 import BM25, tokenize
+from baselines.bm25 import BM25
+from baselines.bm25_okapi import BM25Okapi, tokenize
 from baselines.full_history import FullHistory
+from baselines.hybrid_rag import HybridRAG
 from baselines.naive_rag import NaiveRAG
 
 T0 = datetime(2023, 5, 8, 13, 56)
@@ -58,8 +60,9 @@ def test_tokenize_drops_stop_words() -> None:
     assert tokenize("Don't") == []  # "don" and "t" are stop words
 
 
-def test_bm25_ranks_matching_turn_first() -> None:
-    system = BM25(k=3)
+@pytest.mark.parametrize("factory", [BM25, BM25Okapi], ids=["bm25", "bm25_okapi"])
+def test_bm25_ranks_matching_turn_first(factory) -> None:
+    system = factory(k=3)
     feed(system, make_turns())
     res = system.retrieve("When did Melanie paint a sunrise?")
     assert len(res.units) == 3
@@ -71,8 +74,9 @@ def test_bm25_ranks_matching_turn_first() -> None:
     assert system.retrieve("adoption agencies").units[0].id == "D1:3"
 
 
-def test_bm25_reset_clears_memory() -> None:
-    system = BM25(k=5)
+@pytest.mark.parametrize("factory", [BM25, BM25Okapi], ids=["bm25", "bm25_okapi"])
+def test_bm25_reset_clears_memory(factory) -> None:
+    system = factory(k=5)
     feed(system, make_turns())
     assert len(system.retrieve("sunrise").units) == 5
     system.reset("conv-y")
@@ -123,3 +127,45 @@ def test_config_errors_name_the_field(embedder) -> None:
         BM25(k=0)
     with pytest.raises(ValueError, match="resources.embedder"):
         NaiveRAG()
+
+
+def test_bm25_is_lucene_bm25_over_stemmed_turns_by_hand() -> None:
+    """Lucene BM25 (k1 = 1.2, b = 0.75) on three turns; "adopted" and "adoption" meet in the stem "adopt"."""
+    import math
+
+    lines = [("Ann", "We adopted a dog"), ("Bob", "Adoption is hard"), ("Ann", "Nice weather today")]
+    turns = [
+        Turn(f"D1:{i + 1}", "D1", s, t, T0 + timedelta(minutes=i), i, source_id=f"D1:{i + 1}")
+        for i, (s, t) in enumerate(lines)
+    ]
+    system = BM25(k=3, k1=1.2, b=0.75)
+    feed(system, turns)
+    # terms: [ann, adopt, dog], [bob, adopt, hard], [ann, nice, weather, today]: avgdl 10/3; df(adopt) = 2
+    idf = math.log(1 + (3 - 2 + 0.5) / (2 + 0.5))
+    expected = [idf / (1 + 1.2 * (0.25 + 0.75 * 3 / (10 / 3)))] * 2
+    res = system.retrieve("adoption")
+    assert [u.id for u in res.units[:2]] == ["D1:1", "D1:2"]  # equal scores: stream order
+    assert [u.score for u in res.units[:2]] == pytest.approx(expected, rel=1e-6)
+    assert res.units[2].score == 0.0
+
+
+def test_hybrid_rag_fuses_normalised_scores(embedder) -> None:
+    import numpy as np
+
+    from allmem.memory.fusion import fuse
+
+    system = HybridRAG(k=5, weight=0.6, k1=0.9, b=0.4, resources=Resources(embedder=embedder))
+    feed(system, make_turns())
+    query = "What did Melanie paint?"
+    lexical = BM25(k=5, k1=0.9, b=0.4)
+    feed(lexical, make_turns())
+    lex = {u.id: u.score for u in lexical.retrieve(query).units}
+    vecs = embedder.encode([t.render() for t in make_turns()])
+    dense = vecs @ embedder.encode_one(query)
+    ids = [t.id for t in make_turns()]
+    expected = fuse(np.array([lex[i] for i in ids]), dense.astype("float64"), 0.6)
+    res = {u.id: u.score for u in system.retrieve(query).units}
+    assert [res[i] for i in ids] == pytest.approx(expected.tolist(), rel=1e-5)
+    assert max(res, key=res.get) == "D1:4"
+    with pytest.raises(ValueError, match="hybrid_rag.yaml: weight"):
+        HybridRAG(weight=1.5, resources=Resources(embedder=embedder))

@@ -84,3 +84,25 @@ def test_k_larger_than_surface_and_empty_bank() -> None:
 def test_bad_backend_is_named() -> None:
     with pytest.raises(ValueError, match="vector.backend"):
         SurfaceIndex(MemoryBank(dim=4), backend="annoy")
+
+
+def test_auto_backend_is_exact_below_the_threshold_and_approximate_above() -> None:
+    bank = _random_bank(1500, dim=16, seed=5)
+    small = SurfaceIndex(bank, backend="auto", approx_from=10_000)
+    large = SurfaceIndex(bank, backend="auto", approx_from=500, ivf_nprobe=64)
+    assert not small.uses_faiss() and large.uses_faiss()
+    rng = np.random.default_rng(6)
+    hits = 0
+    for _ in range(10):
+        q = rng.normal(size=16).astype(np.float32)
+        q /= np.linalg.norm(q)
+        truth = _brute_force(bank, q, 10, "visible")
+        assert [u for u, _ in small.search(q, 10)] == truth
+        hits += len(set(truth) & {u for u, _ in large.search(q, 10)})
+    assert large._built_kind == "ivf" and small._faiss is None
+    assert hits >= 90  # 1000 visible units: 25 lists (39 points each), all probed
+    new = bank.create_unit([{"text": "new"}], "s", [], np.ones(16), T0)
+    q = np.ones(16, dtype=np.float32) / 4
+    assert large.search(q, 1)[0][0] == new and large.rebuilds == 1  # appended to the trained IVF in place
+    with pytest.raises(ValueError, match="approx_kind"):
+        SurfaceIndex(bank, backend="auto", approx_kind="lsh")

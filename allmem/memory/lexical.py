@@ -1,29 +1,73 @@
-"""Incremental Okapi BM25 over a bank surface: the lexical Stage 1 scorer and its hybrid (RRF) partner.
+"""The one BM25 home: Lucene-style BM25 (``bm25s``) over ``allmem.text.index_terms``, for turn lists and banks.
 
-Why our own index rather than rank-bm25: that library rebuilds its statistics from scratch, and a memory bank
-changes after every turn (new units, archived units, refreshed descriptors). This index follows the bank's change
-log and touches only the units that changed. Statistics (N, df, average length) are those of the searched
-surface, so archived units that enter at Stage 2 are scored against the same collection.
+Every lexical scorer in the project goes through ``BM25Scorer``: the ``bm25`` and ``hybrid_rag`` baselines over
+rendered turns, and All-Mem's lexical channel over a bank (``BM25Index``). Only ``bm25_okapi`` (the continuity
+baseline on rank_bm25) scores differently, on purpose. Parameters (k1, b) come from the method configs.
 
-BM25 with Lucene's non-negative idf: idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5));
-score(q, d) = sum over query tokens t of idf(t) * tf * (k1 + 1) / (tf + k1 * (1 - b + b * |d| / avgdl)).
+Lucene's BM25 (Kamphuis et al., ECIR 2020, "Which BM25 do you mean?"), as bm25s computes it:
+idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5)) and score(q, d) = sum over query terms t of
+idf(t) * tf / (tf + k1 * (1 - b + b * |d| / avgdl)), a repeated query term counting once per occurrence.
+
+Why the bank index rebuilds rather than updates in place: bm25s precomputes every (document, term) score in a
+sparse matrix, which makes a query a few sparse column sums but cannot absorb one new document. A bank changes
+after every turn while queries usually come in bursts after writes (the harness asks only after the stream
+ends), so the index is rebuilt lazily, on the first query after a change; the rebuild is index upkeep, timed
+apart from query latency as the paper does for the dense index. Statistics (N, df, avgdl) cover every unit of
+the bank, archived ones included, so a unit reached at Stage 2 is scored on the same scale as an anchor;
+visibility decides only which units Stage 1 may return.
 """
 
 from __future__ import annotations
 
-import math
+import logging
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
 
 from allmem.memory.bank import MemoryBank, Unit
-from allmem.text import content_words
+from allmem.memory.fusion import top_positions
+from allmem.text import index_terms
 
 FIELDS = ("descriptor", "evidence", "both")
 
 
-def tokenize(text: str) -> list[str]:
-    """Lowercased words minus stop words: the same preprocessing as the BM25 baseline (allmem.text)."""
-    return content_words(text)
+@dataclass(frozen=True)
+class BM25Params:
+    """Lucene BM25 parameters. Defaults are Lucene's; each method config sets its own fitted values."""
+
+    k1: float = 1.2
+    b: float = 0.75
+
+    def __post_init__(self) -> None:
+        if not (self.k1 >= 0 and 0 <= self.b <= 1):
+            raise ValueError(f"bm25: need k1 >= 0 and 0 <= b <= 1, got k1={self.k1}, b={self.b}")
+
+
+class BM25Scorer:
+    """Lucene BM25 over a fixed list of documents (term lists): a thin wrapper on ``bm25s.BM25``."""
+
+    def __init__(self, docs: Sequence[Sequence[str]], params: BM25Params = BM25Params()) -> None:
+        import bm25s
+
+        # bm25s sets its logger to DEBUG on import and logs every index build; a bank rebuilds often
+        logging.getLogger("bm25s").setLevel(logging.WARNING)
+        self.n_docs = len(docs)
+        self.params = params
+        self._index = None
+        if any(docs):
+            self._index = bm25s.BM25(k1=params.k1, b=params.b, method="lucene")
+            self._index.index([list(d) for d in docs], show_progress=False)
+
+    def scores(self, query_terms: Sequence[str]) -> np.ndarray:
+        """BM25 of every document (float64, document order); zeros when no query term is in the vocabulary."""
+        if self._index is None:
+            return np.zeros(self.n_docs, dtype=np.float64)
+        ids = self._index.get_tokens_ids(list(query_terms))
+        if not ids:
+            return np.zeros(self.n_docs, dtype=np.float64)
+        return self._index.get_scores_from_ids(ids).astype(np.float64)
 
 
 def unit_text(unit: Unit, field: str) -> str:
@@ -35,92 +79,87 @@ def unit_text(unit: Unit, field: str) -> str:
 
 
 class BM25Index:
-    """BM25 over the visible surface (or the full bank), kept in step with the bank's change log."""
+    """BM25 over a bank (rows = bank rows), rebuilt lazily after the bank changed; searches a surface."""
 
     def __init__(
         self,
         bank: MemoryBank,
         surface: str = "visible",
         field: str = "descriptor",
-        k1: float = 1.2,
-        b: float = 0.75,
+        params: BM25Params = BM25Params(),
     ) -> None:
         if field not in FIELDS:
-            raise ValueError(f"retrieval.bm25.field must be one of {FIELDS}, got {field!r}")
+            raise ValueError(f"method.retrieval.bm25_field must be one of {FIELDS}, got {field!r}")
         if surface not in ("visible", "full"):
-            raise ValueError(f"retrieval.surface must be 'visible' or 'full', got {surface!r}")
-        self.bank, self.surface, self.field, self.k1, self.b = bank, surface, field, k1, b
-        self._tf: dict[
-            str, Counter[str]
-        ] = {}  # every unit, member or not (Stage 3 scores archived units too)
-        self._members: set[str] = set()
-        self._postings: dict[str, set[str]] = {}
-        self._df: Counter[str] = Counter()
-        self._total_len = 0
-        self._pos = 0
+            raise ValueError(f"method.retrieval.surface must be 'visible' or 'full', got {surface!r}")
+        self.bank, self.surface, self.field, self.params = bank, surface, field, params
+        self._terms: list[list[str]] = []  # by bank row
+        self._scorer: BM25Scorer | None = None
+        self._df: dict[str, int] = {}
+        self._common: dict[float, frozenset[str]] = {}
+        self._rows = np.zeros(0, dtype=np.int64)  # surface rows, refreshed on sync
+        self._pos = -1
+        self.rebuilds = 0
 
     def sync(self) -> None:
-        """Apply the bank changes since the last sync: re-tokenise touched units, reconcile membership."""
+        """Re-tokenise the units touched since the last sync and rebuild the scorer (no-op when unchanged)."""
         if self._pos == self.bank.revision:
             return
-        touched = dict.fromkeys(uid for _, uid in self.bank.changes_since(self._pos))
+        changes = self.bank.changes_since(max(self._pos, 0)) if self._pos >= 0 else None
+        touched = {uid for kind, uid in changes if kind != "archive"} if changes is not None else None
+        n = len(self.bank)
+        self._terms.extend([] for _ in range(n - len(self._terms)))
+        for unit in self.bank.units() if touched is None else map(self.bank.get, touched):
+            self._terms[unit.row] = index_terms(unit_text(unit, self.field))
+        if touched is None or touched or self._scorer is None:
+            self._scorer = BM25Scorer(self._terms, self.params)
+            self._df = dict(Counter(t for terms in self._terms for t in set(terms)))
+            self._common = {}
+            self.rebuilds += 1
+        if self.surface == "full":
+            self._rows = np.arange(n, dtype=np.int64)
+        else:
+            self._rows = np.sort(self.bank.rows_of(self.bank.visible_ids()))
         self._pos = self.bank.revision
-        for uid in touched:
-            if uid in self._members:
-                self._remove(uid)
-            unit = self.bank.get(uid)
-            self._tf[uid] = Counter(tokenize(unit_text(unit, self.field)))
-            if self.surface == "full" or unit.visible:
-                self._add(uid)
 
-    def _add(self, uid: str) -> None:
-        tf = self._tf[uid]
-        self._members.add(uid)
-        self._total_len += sum(tf.values())
-        for term in tf:
-            self._df[term] += 1
-            self._postings.setdefault(term, set()).add(uid)
-
-    def _remove(self, uid: str) -> None:
-        tf = self._tf[uid]
-        self._members.discard(uid)
-        self._total_len -= sum(tf.values())
-        for term in tf:
-            self._df[term] -= 1
-            self._postings[term].discard(uid)
-
-    def _idf(self, term: str) -> float:
-        n, df = len(self._members), self._df.get(term, 0)
-        return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
-
-    def _doc_score(self, q_terms: Counter[str], uid: str, avgdl: float) -> float:
-        tf = self._tf[uid]
-        dl = sum(tf.values())
-        norm = self.k1 * (1 - self.b + self.b * dl / avgdl) if avgdl > 0 else self.k1
-        s = 0.0
-        for term, qn in q_terms.items():
-            f = tf.get(term, 0)
-            if f:
-                s += qn * self._idf(term) * f * (self.k1 + 1) / (f + norm)
-        return s
+    def scores_all(self, query: str) -> np.ndarray:
+        """BM25 of every unit of the bank, by row (archived units included)."""
+        self.sync()
+        assert self._scorer is not None
+        return self._scorer.scores(index_terms(query))
 
     def search(self, query: str, k: int) -> list[tuple[str, float]]:
         """Top-k surface units with a positive score, best first (ties: older unit first)."""
+        return self.top(self.scores_all(query), k)
+
+    def top(self, scores: np.ndarray, k: int) -> list[tuple[str, float]]:
+        """Top-k surface units of a ``scores_all`` array with a positive score, best first (ties: older first)."""
+        rows, s = self.top_rows(scores, k)
+        return list(zip(self.bank.full_ids_at(rows), map(float, s), strict=True))
+
+    def top_rows(self, scores: np.ndarray, k: int, ordered: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """``top`` as bank rows and scores (arrays); ``ordered=False``: the same set in row order."""
         self.sync()
-        q_terms = Counter(tokenize(query))
-        if not self._members or not q_terms:
-            return []
-        avgdl = self._total_len / len(self._members)
-        hits: set[str] = set()
-        for term in q_terms:
-            hits |= self._postings.get(term, set())
-        scored = [(uid, self._doc_score(q_terms, uid, avgdl)) for uid in hits]
-        scored.sort(key=lambda x: (-x[1], x[0]))
-        return scored[:k]
+        rows = self._rows
+        s = scores[rows]
+        keep = np.flatnonzero(s > 0)
+        order = keep[top_positions(s[keep], k, ordered)]
+        return rows[order], s[order]
 
     def score(self, query: str, ids: Sequence[str]) -> list[float]:
-        """BM25 of arbitrary units (archived ones included) against the surface statistics."""
+        """BM25 of arbitrary units (archived ones included)."""
+        scores = self.scores_all(query)
+        return [float(scores[r]) for r in self.bank.rows_of(list(ids))]
+
+    def surface_rows(self) -> np.ndarray:
+        """Bank rows of the searched surface, ascending."""
         self.sync()
-        q_terms = Counter(tokenize(query))
-        avgdl = self._total_len / len(self._members) if self._members else 0.0
-        return [self._doc_score(q_terms, uid, avgdl) for uid in ids]
+        return self._rows
+
+    def common_terms(self, max_df: float) -> frozenset[str]:
+        """Terms found in more than ``max_df`` of the bank's units (cached until the bank changes)."""
+        self.sync()
+        if max_df not in self._common:
+            n = max(1, len(self._terms))
+            self._common[max_df] = frozenset(t for t, df in self._df.items() if df / n > max_df)
+        return self._common[max_df]

@@ -1,18 +1,26 @@
 """Query-time retrieval: Stage 1 anchors, Stage 2 typed-link expansion, Stage 3 re-rank (METHOD.md, paper Sec. 3.4).
 
 Stage 1 scores the searchable surface (visible units; the full bank as an ablation) by dense cosine (the paper),
-BM25, or a reciprocal-rank fusion of both. Stage 2 walks typed links breadth-first from the anchors, hop by hop
-up to H, adding units until the candidate set holds L (anchors count towards L, as in the authors' code); within
-a hop, link types are taken in priority order (version, sibling, semantic, temporal by default), so scarce
-budget goes to lineage links first. Archived units may enter here: that is how archived evidence is recovered.
-Stage 3 re-ranks the candidates by cosine(query, z) (the paper), by the Stage 1 scorer, or by a cross-encoder,
-and keeps K. Each stage is timed separately.
+BM25, a reciprocal-rank fusion of both (``hybrid``), or a min-max normalised convex fusion of both (``fused``,
+``allmem.memory.fusion``). Stage 2 walks typed links breadth-first from the anchors, hop by hop up to H, adding
+units until the candidate set holds L (anchors count towards L, as in the authors' code); within a hop, link
+types are taken in priority order (version, sibling, semantic, temporal by default), so scarce budget goes to
+lineage links first. Archived units may enter here: that is how archived evidence is recovered. Stage 3
+re-ranks the candidates by cosine(query, z) (the paper), by the Stage 1 scorer, by a cross-encoder, or
+(``neighbour``) by the Stage 1 score plus a share of the best linked candidate's score, and keeps K
+(``fill``: the rest of the Stage 1 pool follows, so the harness's budget, not K, decides how much is used).
+Each stage is timed separately.
+
+Why the ``neighbour`` Stage 3: re-ranking by the very score Stage 1 used means an expanded unit can never
+outrank the anchors that brought it in, so expansion cannot change the top K. Adding ``weight[type] * score``
+of the best linked candidate lets a turn next to a strong hit (the reply to a question, the next line of a
+story) rise above a weak anchor: the topology then changes the ranking, which is what it is for.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,11 +28,22 @@ from typing import Any
 import numpy as np
 
 from allmem.memory.bank import LINK_TYPES, MemoryBank
-from allmem.memory.lexical import BM25Index
-from allmem.memory.vector import SurfaceIndex
+from allmem.memory.fusion import Fusion, top_positions
+from allmem.memory.lexical import BM25Index, BM25Params
+from allmem.memory.signals import (
+    REPLY,
+    LinkIndex,
+    Period,
+    PeriodIndex,
+    common_word_filter,
+    neighbour_bonus,
+    neighbour_weights,
+    query_periods,
+)
+from allmem.memory.vector import SurfaceIndex, single_thread_blas
 
-STAGE1 = ("dense", "bm25", "hybrid")
-STAGE3 = ("cosine", "stage1", "cross_encoder")
+STAGE1 = ("dense", "bm25", "hybrid", "fused")
+STAGE3 = ("cosine", "stage1", "cross_encoder", "neighbour")
 
 
 @dataclass(frozen=True)
@@ -46,6 +65,17 @@ class RetrievalConfig:
     rrf_k: int = 60
     rrf_depth: int = 50  # per-scorer list depth fused by hybrid Stage 1
     bm25_field: str = "descriptor"
+    bm25_k1: float = 1.2
+    bm25_b: float = 0.75
+    fuse_weight: float = 0.5  # fused: share of the lexical channel (1 - weight: dense)
+    fuse_depth: int = 100  # fused: each channel's top list; their union is the pool normalised and ranked
+    query_max_df: float | None = (
+        None  # words in more than this share of units are not embedded (see dense_query)
+    )
+    neighbour: tuple[tuple[str, float], ...] = ()  # Stage 3 neighbour: weight per link type, link u -> c
+    neighbour_back: tuple[tuple[str, float], ...] = ()  # ... and for a link c -> u (walked backwards)
+    date_weight: float = 0.0  # fused: added to the score of units dated in a month / year the query names
+    fill: bool = False  # after Stage 3, the rest of the Stage 1 pool by its score, up to K units in all
     cross_encoder_path: str | None = None
 
     def __post_init__(self) -> None:
@@ -56,26 +86,60 @@ class RetrievalConfig:
             raise ValueError(f"{where}.stage3 must be one of {STAGE3}, got {self.stage3!r}")
         if self.directions not in ("out", "both"):
             raise ValueError(f"{where}.directions must be 'out' or 'both', got {self.directions!r}")
-        for name in ("k", "L", "K"):
+        for name in ("k", "L", "K", "fuse_depth"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{where}.{name} must be >= 1, got {getattr(self, name)}")
         if self.H < 0:
             raise ValueError(f"{where}.H must be >= 0, got {self.H}")
+        if not 0.0 <= self.fuse_weight <= 1.0:
+            raise ValueError(f"{where}.fuse_weight must lie in [0, 1], got {self.fuse_weight}")
+        if self.query_max_df is not None and not 0.0 < self.query_max_df <= 1.0:
+            raise ValueError(f"{where}.query_max_df must be null or in (0, 1], got {self.query_max_df}")
         bad = [t for t in (*self.priority, *self.link_types) if t not in LINK_TYPES]
+        bad += [t for t, _ in self.neighbour if t not in (*LINK_TYPES, REPLY)]
+        bad += [t for t, _ in self.neighbour_back if t not in LINK_TYPES]
         if bad:
-            raise ValueError(f"{where}.priority/link_types: unknown link types {bad}; known: {LINK_TYPES}")
+            raise ValueError(
+                f"{where}.priority/link_types/neighbour/neighbour_back: unknown link types {bad}; known: "
+                f"{LINK_TYPES} (and {REPLY!r} in neighbour)"
+            )
+        if self.date_weight and self.stage1 != "fused":
+            raise ValueError(f"{where}.date_weight applies to stage1=fused only")
+        if self.stage3 == "neighbour" and self.stage1 == "hybrid":
+            raise ValueError(
+                f"{where}.stage3=neighbour needs a Stage 1 score for every unit: not hybrid (RRF)"
+            )
+        same_scale = self.stage3 in ("stage1", "neighbour") or (self.stage1, self.stage3) == (
+            "dense",
+            "cosine",
+        )
+        if self.fill and (self.stage1 == "hybrid" or not same_scale):
+            raise ValueError(
+                f"{where}.fill ranks the rest of the Stage 1 pool by its Stage 1 score, so Stage 3 must score on "
+                "that scale: stage3 stage1 or neighbour (or dense + cosine), and stage1 not hybrid (RRF)"
+            )
+        BM25Params(self.bm25_k1, self.bm25_b)  # validates
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> RetrievalConfig:
+    def from_dict(cls, d: Mapping[str, Any] | None) -> RetrievalConfig:
         d = dict(d or {})
         for key in ("priority", "link_types"):
             if key in d and d[key] is not None:
                 d[key] = tuple(d[key])
+        for key in ("neighbour", "neighbour_back"):
+            if isinstance(d.get(key), Mapping):
+                d[key] = tuple((str(t), float(w)) for t, w in d[key].items())
+            elif key in d and d[key] is None:
+                d.pop(key)
         known = set(cls.__dataclass_fields__)
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"method.retrieval: unknown keys {unknown}; known: {sorted(known)}")
         return cls(**d)
+
+    @property
+    def uses_bm25(self) -> bool:
+        return self.stage1 in ("bm25", "hybrid", "fused")
 
 
 @dataclass
@@ -155,9 +219,25 @@ class Retriever:
     ) -> None:
         self.bank, self.embedder, self.cfg = bank, embedder, cfg
         self.index = SurfaceIndex(bank, surface=cfg.surface, **(vector or {}))
-        needs_bm25 = cfg.stage1 in ("bm25", "hybrid")
-        self.bm25 = BM25Index(bank, surface=cfg.surface, field=cfg.bm25_field) if needs_bm25 else None
+        self.bm25 = (
+            BM25Index(
+                bank, surface=cfg.surface, field=cfg.bm25_field, params=BM25Params(cfg.bm25_k1, cfg.bm25_b)
+            )
+            if cfg.uses_bm25 or cfg.query_max_df is not None
+            else None
+        )
         self._cross = _load_cross_encoder(cfg.cross_encoder_path) if cfg.stage3 == "cross_encoder" else None
+        self._fusion: Fusion | None = None  # the current query's Stage 1 scale, reused by Stage 3
+        self._lex_all: np.ndarray | None = None  # the current query's BM25 of every unit, by row
+        self._pool_rows = np.zeros(0, dtype=np.int64)  # this query's Stage 1 pool (bank rows) ...
+        self._pool_scores = np.zeros(0, dtype=np.float64)  # ... and their Stage 1 scores
+        self.links = LinkIndex(bank) if cfg.stage3 == "neighbour" else None
+        self._weights = neighbour_weights(dict(cfg.neighbour), dict(cfg.neighbour_back))
+        self._dense_all: np.ndarray | None = None  # this query's cosine to every unit, when computed exactly
+        self._row_ids: list[str] = []  # unit id by bank row
+        self._fused_all: np.ndarray | None = None  # ... and its fused score, likewise
+        self._when = PeriodIndex(bank)
+        self._periods: list[Period] = []  # the current query's named months / years
 
     def sync(self) -> float:
         """Bring the indexes up to date; returns ms spent (index upkeep is not query latency)."""
@@ -165,10 +245,25 @@ class Retriever:
         self.index.sync()
         if self.bm25 is not None:
             self.bm25.sync()
+        if self.links is not None:
+            self.links.sync()
         return 1000 * (time.perf_counter() - t0)
 
+    def dense_query(self, query: str) -> str:
+        """The text the dense channel embeds: the query minus words found in more than ``query_max_df`` of units.
+
+        Why: a sentence embedding of a short question is dominated by a name that occurs in every unit of one
+        speaker (every conversational unit carries its speaker), so dense search returns that speaker's turns
+        rather than the topic asked about, and fails outright when a question names the wrong person. A word
+        that common tells units apart no better than a stop word, so it is dropped, as a vocabulary's max_df
+        drops it in lexical retrieval; the lexical channel keeps it, weighted by its (low) idf.
+        """
+        if self.cfg.query_max_df is None or self.bm25 is None:
+            return query
+        return common_word_filter(query, self.bm25.common_terms(self.cfg.query_max_df))
+
     def embed_query(self, query: str) -> np.ndarray:
-        return np.asarray(self.embedder.encode([query]), dtype=np.float32)[0]
+        return np.asarray(self.embedder.encode([self.dense_query(query)]), dtype=np.float32)[0]
 
     def retrieve(self, query: str, qvec: np.ndarray | None = None) -> Ranked:
         timings = {"index_sync": self.sync()}
@@ -188,43 +283,154 @@ class Retriever:
         timings["mem_lat"] = timings["embed"] + timings["stage1"] + timings["stage2"] + timings["stage3"]
         return Ranked(ids, scores, timings, len(anchors), len(cands))
 
+    # ------------------------------------------------------------------ Stage 1
     def stage1(self, query: str, qvec: np.ndarray) -> list[str]:
-        k = self.cfg.k
+        """The k anchors; keeps this query's Stage 1 pool (rows and scores) for Stage 3 and ``fill``."""
+        cfg, k = self.cfg, self.cfg.k
+        self._dense_all = self._fused_all = None
+        depth = max(k, cfg.fuse_depth) if cfg.fill else k
+        if cfg.stage1 == "dense":
+            rows, scores = self.index.search_rows(qvec, depth)
+        elif cfg.stage1 == "fused":
+            rows, scores = self._fused_pool(query, qvec)
+        else:
+            assert self.bm25 is not None
+            if cfg.stage1 == "bm25":
+                rows, scores = self.bm25.top_rows(self.bm25.scores_all(query), depth)
+            else:
+                d = max(k, cfg.rrf_depth)
+                dense = [uid for uid, _ in self.index.search(qvec, d)]
+                lexical = [uid for uid, _ in self.bm25.search(query, d)]
+                return _top(rrf([dense, lexical], cfg.rrf_k), self.bank, k)[0]
+        self._pool_rows, self._pool_scores = rows, np.asarray(scores, dtype=np.float64)
+        return self._ids_of(rows[_best(rows, self._pool_scores, k)])
+
+    def _fused_pool(self, query: str, qvec: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Union of each channel's top ``fuse_depth`` surface units (rows), scored by the fusion fitted on it."""
+        assert self.bm25 is not None
+        depth = max(self.cfg.k, self.cfg.fuse_depth)
+        self._lex_all = self.bm25.scores_all(query)
+        self._periods = query_periods(query) if self.cfg.date_weight else []
+        if self.index.uses_faiss():  # a large bank: the approximate top list, cosines gathered row by row
+            lex_rows, _ = self.bm25.top_rows(self._lex_all, depth)
+            dense_rows, _ = self.index.search_rows(qvec, depth)
+            rows = np.union1d(dense_rows, lex_rows)
+        else:  # exact: one mat-vec over the surface serves Stage 1 and most of Stage 3
+            positions, dense_s = self.index.score_all(qvec)
+            surface = self.index.rows_at(positions)
+            self._dense_all = np.full(
+                len(self.bank), np.nan
+            )  # by row; NaN off the surface (gathered if asked)
+            self._dense_all[surface] = dense_s
+            lex_rows, _ = self.bm25.top_rows(self._lex_all, depth, ordered=False)
+            dense_rows = surface[top_positions(dense_s, depth, ordered=False)]
+            mark = np.zeros(len(self._dense_all), dtype=bool)
+            mark[dense_rows] = True
+            mark[lex_rows] = True
+            rows = np.flatnonzero(mark)
+        lex, dense = self._lex_all[rows], self._dense(rows, qvec)
+        self._fusion = Fusion.fit(self.cfg.fuse_weight, lex, dense)
+        if self._dense_all is not None:  # every unit's fused score at once: Stage 3 only reads it
+            self._fused_all = self._fused(None, self._lex_all, self._dense_all)
+            return rows, self._fused_all[rows]
+        return rows, self._fused(rows, lex, dense)
+
+    def _fused(self, rows: np.ndarray | None, lex: np.ndarray, dense: np.ndarray) -> np.ndarray:
+        """The fused Stage 1 score, plus ``date_weight`` for units in a period the query names (rows None: all)."""
+        assert self._fusion is not None
+        fused = self._fusion(lex, dense)
+        if self._periods:
+            fused = fused + self.cfg.date_weight * self._when.mask(self._periods, rows)
+        return fused
+
+    def _dense(self, rows: np.ndarray, qvec: np.ndarray) -> np.ndarray:
+        """Cosines of any units: read from this query's surface mat-vec where it has them, else gathered."""
+        if self._dense_all is not None:
+            dense = self._dense_all[rows]
+            miss = np.isnan(dense)
+            if miss.any():
+                dense[miss] = self._gather(rows[miss], qvec)
+            return dense
+        return self._gather(rows, qvec)
+
+    def _gather(self, rows: np.ndarray, qvec: np.ndarray) -> np.ndarray:
+        with single_thread_blas():
+            return (self.bank.full_matrix_view()[rows] @ qvec).astype(np.float64)
+
+    def _stage1_rows(self, query: str, qvec: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """The Stage 1 scorer's score of any units (archived ones included), by bank row."""
         if self.cfg.stage1 == "dense":
-            return [uid for uid, _ in self.index.search(qvec, k)]
+            return self._dense(rows, qvec)
         assert self.bm25 is not None
         if self.cfg.stage1 == "bm25":
-            return [uid for uid, _ in self.bm25.search(query, k)]
-        depth = max(k, self.cfg.rrf_depth)
-        dense = [uid for uid, _ in self.index.search(qvec, depth)]
-        lexical = [uid for uid, _ in self.bm25.search(query, depth)]
-        return _top(rrf([dense, lexical], self.cfg.rrf_k), self.bank, k)[0]
+            return self.bm25.scores_all(query)[rows]
+        assert self._lex_all is not None  # set by this query's Stage 1
+        if self._fused_all is None:
+            return self._fused(rows, self._lex_all[rows], self._dense(rows, qvec))
+        fused = self._fused_all[rows]
+        miss = np.isnan(fused)  # units off the surface (archived ones reached at Stage 2)
+        if miss.any():
+            off = rows[miss]
+            fused[miss] = self._fused(off, self._lex_all[off], self._gather(off, qvec))
+        return fused
 
+    # ------------------------------------------------------------------ Stage 3
     def stage3(self, query: str, qvec: np.ndarray, cands: list[str]) -> tuple[list[str], list[float]]:
         if not cands:
             return [], []
-        mode = self.cfg.stage3
+        mode, cfg = self.cfg.stage3, self.cfg
         if mode == "cross_encoder":
             texts = [self.bank.get(u).descriptor_text() for u in cands]
             raw = self._cross.predict([(query, t) for t in texts], show_progress_bar=False)
-            return _top(dict(zip(cands, map(float, raw), strict=True)), self.bank, self.cfg.K)
+            return _top(dict(zip(cands, map(float, raw), strict=True)), self.bank, cfg.K)
         rows = self.bank.rows_of(cands)
-        dense = self.bank.full_matrix_view()[rows] @ qvec
-        if mode == "cosine" or self.cfg.stage1 == "dense":
-            return _top(dict(zip(cands, map(float, dense), strict=True)), self.bank, self.cfg.K)
+        if mode == "neighbour":
+            assert self.links is not None
+            base = self._stage1_rows(query, qvec, rows)
+            return self._finish(rows, neighbour_bonus(self.links, rows, base, *self._weights))
+        if mode == "cosine" or cfg.stage1 == "dense":
+            return self._finish(rows, self._dense(rows, qvec))
+        if cfg.stage1 in ("bm25", "fused"):
+            return self._finish(rows, self._stage1_rows(query, qvec, rows))
         assert self.bm25 is not None
+        dense = self._dense(rows, qvec)
         lexical = dict(zip(cands, self.bm25.score(query, cands), strict=True))
-        if self.cfg.stage1 == "bm25":
-            return _top(lexical, self.bank, self.cfg.K)
         by_dense = [cands[i] for i in np.lexsort((rows, -dense))]
         by_lex = sorted(cands, key=lambda u: (-lexical[u], self.bank.get(u).row))
-        return _top(rrf([by_dense, by_lex], self.cfg.rrf_k), self.bank, self.cfg.K)
+        return _top(rrf([by_dense, by_lex], cfg.rrf_k), self.bank, cfg.K)
+
+    def _ids_of(self, rows: np.ndarray) -> list[str]:
+        """Unit ids of bank rows (a row's id never changes, so the list only grows)."""
+        if len(self._row_ids) < len(self.bank):
+            self._row_ids.extend(self.bank.full_ids_at(range(len(self._row_ids), len(self.bank))))
+        ids = self._row_ids
+        return [ids[r] for r in rows.tolist()]
+
+    def _finish(self, rows: np.ndarray, scores: np.ndarray) -> tuple[list[str], list[float]]:
+        """Best K candidates; with ``fill``, the Stage 1 pool's other units compete on their Stage 1 score."""
+        if self.cfg.fill:
+            taken = np.sort(rows)
+            at = np.minimum(np.searchsorted(taken, self._pool_rows), len(taken) - 1)
+            rest = taken[at] != self._pool_rows
+            rows = np.concatenate([rows, self._pool_rows[rest]])
+            scores = np.concatenate([scores, self._pool_scores[rest]])
+        order = _best(rows, scores, self.cfg.K)
+        return self._ids_of(rows[order]), scores[order].tolist()
+
+
+def _best(rows: np.ndarray, scores: np.ndarray, n: int) -> np.ndarray:
+    """Positions of the best n by score, ties broken by unit age (older first)."""
+    return np.lexsort((rows, -scores))[:n]
 
 
 def _top(scores: dict[str, float], bank: MemoryBank, n: int) -> tuple[list[str], list[float]]:
     """Best n by score, ties broken by unit age (older first) so results never depend on dict order."""
-    ranked = sorted(scores.items(), key=lambda kv: (-kv[1], bank.get(kv[0]).row))[:n]
-    return [u for u, _ in ranked], [s for _, s in ranked]
+    if not scores:
+        return [], []
+    ids = list(scores)
+    values = np.fromiter(scores.values(), dtype=np.float64, count=len(ids))
+    order = np.lexsort((bank.rows_of(ids), -values))[:n]
+    return [ids[i] for i in order], [float(values[i]) for i in order]
 
 
 def _load_cross_encoder(path: str | None) -> Any:

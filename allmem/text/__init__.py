@@ -8,11 +8,16 @@ it beside its code as these lists plus (or minus) a named, documented extension,
 Two tokenisers, for two kinds of reader: :func:`words` (lowercase alphanumeric runs) for bag-of-words matching
 and ranking; :func:`tokens` (casing kept, contractions and decimals whole) for rules that read capitals,
 negations and values.
+
+``index_terms`` is what BM25 indexes: content words reduced by the Snowball English stemmer (PyStemmer), the
+stemmer Lucene's English analyser and bm25s use, so "adopted", "adopting" and "adoption" meet one term.
 """
 
 from __future__ import annotations
 
 import re
+import threading
+from functools import lru_cache
 
 WORD = re.compile(r"[a-z0-9]+")
 TOKEN = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)?|\d+(?:[.,:]\d+)*")
@@ -47,6 +52,7 @@ CARDINALS: dict[str, int] = {
 ORDINALS = frozenset("first second third fourth fifth".split())
 # Words that name a number: a value in a statement ("two kids", "the third time").
 NUMBER_WORDS = frozenset(CARDINALS) | ORDINALS
+_QUESTION = re.compile(r"\?[!?]*(?:$|[\s\"')\]])")
 
 
 def words(text: str) -> list[str]:
@@ -71,3 +77,30 @@ def is_stop_token(token: str) -> bool:
     if "'" in low:
         return all(part in STOP_WORDS for part in low.split("'"))
     return low in STOP_WORDS and low not in CLITIC_FRAGMENTS
+
+
+def asks_question(text: str) -> bool:
+    """Whether the text asks something: some sentence of it ends with a question mark."""
+    return bool(_QUESTION.search(text))
+
+
+_STEMMER = threading.local()  # PyStemmer objects are not thread-safe: one per thread
+
+
+def _stemmer():  # noqa: ANN202 - PyStemmer ships no type stubs
+    stemmer = getattr(_STEMMER, "obj", None)
+    if stemmer is None:
+        import Stemmer
+
+        stemmer = _STEMMER.obj = Stemmer.Stemmer("english")
+    return stemmer
+
+
+@lru_cache(maxsize=1 << 16)
+def _stem(word: str) -> str:
+    return _stemmer().stemWord(word)
+
+
+def index_terms(text: str) -> list[str]:
+    """BM25 terms: content words (lowercased, stop words removed) stemmed with Snowball English."""
+    return [_stem(w) for w in content_words(text)]
