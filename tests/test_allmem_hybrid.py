@@ -7,9 +7,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
-from test_memory_fakes import HashEmbedder
 
 from allmem.budget import context_line, pack
+from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
 from allmem.memory.signals import in_periods, query_periods
 from allmem.runner import build
