@@ -192,6 +192,12 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
         try:
             stopped = _answer_all(cfg, svc, protocol, dialogues, done, set(redo), attempt)
             status = "stopped" if stopped else "finished"
+        except KeyboardInterrupt:
+            status = "interrupted"
+            raise
+        except Exception as exc:  # the manifest keeps what ended the attempt; the caller reports it
+            stopped = exc
+            raise
         finally:
             records = rundir.read_jsonl(run_dir / rundir.PREDICTIONS)
             failed = [r for r in records if r.get("error") is not None]

@@ -277,3 +277,21 @@ def test_run_names_come_from_the_overrides(tmp_path, fixtures_dir):
     assert re.fullmatch(r"allmem_noatc,experiment=stage1_bm25,method\.retrieval\.K=8-[0-9a-f]{10}", exp.name)
     named = _rel_dir(tmp_path, tiny, ["run.name=mine", "run.seed=3"])
     assert named == Path("mine")
+
+
+def test_a_crash_is_recorded_in_the_manifest_and_never_sealed(tmp_path, cache_dir, fixtures_dir, monkeypatch):
+    """An exception inside the answer loop leaves an attempt marked crashed with its message, and no DONE."""
+    import allmem.runner as runner_mod
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(runner_mod, "_answer_all", boom)
+    tiny = fixtures_dir / "locomo_tiny.json"
+    cfg = _cfg(["method=bm25", f"dataset.path={tiny}", "run.name=crash", *_common(tmp_path, cache_dir)])
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        run(cfg)
+    run_dir = next(p.parent for p in tmp_path.rglob(rundir.MANIFEST))
+    assert not (run_dir / rundir.DONE).exists()
+    last = json.loads((run_dir / rundir.MANIFEST).read_text())["attempts"][-1]
+    assert (last["status"], last["last_error"]) == ("crashed", "disk on fire")
