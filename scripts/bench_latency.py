@@ -14,6 +14,11 @@ Not a timed test: timings depend on the machine, so every table prints ratios ne
    (top 100 of the surface) at the same N, and the variant's whole Mem-Lat (fused Stage 1, neighbour Stage 3)
    up to ``--variant-max``. Index building is reported apart, as the paper does. The 10^6 bank needs about
    9 GB of memory and several minutes to build.
+3. IVF trade-off: recall@10 and Stage 1 latency of the same IVF index at several probe counts (``--nprobes``).
+   Why it is printed: the synthetic generator draws N/25 topics, so the number of clusters grows linearly with N
+   while IVF's lists grow as 4 sqrt(N); at 10^6 one list holds about a dozen topics whose members are noisy, and
+   recall at the config's ``ivf_nprobe`` falls far below its 10^4 and 10^5 values. The table shows what each
+   extra share of lists probed buys, so a user with a large bank can choose ``method.vector.ivf_nprobe``.
 
     python scripts/bench_latency.py                          # both parts (make bench)
     python scripts/bench_latency.py --sizes 10000 100000 --locomo 1 --queries 100
@@ -197,7 +202,30 @@ def _median_memlat(r: Retriever, queries: np.ndarray, texts: list[str], warmup: 
     return statistics.median(out)
 
 
-def synthetic_row(n: int, n_queries: int, with_variant: bool) -> dict[str, Any]:
+def ivf_tradeoff(
+    approx: SurfaceIndex, exact: SurfaceIndex, queries: np.ndarray, nprobes: Sequence[int]
+) -> list[tuple[int, float, float]]:
+    """(nprobe, recall@10, median Stage 1 ms) of the built IVF index at each probe count; the config's own
+    ``ivf_nprobe`` is restored afterwards."""
+    index = approx._faiss
+    if index is None or not hasattr(index, "nprobe"):
+        return []
+    truth = [{u for u, _ in exact.search(q, 10)} for q in queries]
+    keep, out = index.nprobe, []
+    for nprobe in sorted({min(int(p), index.nlist) for p in nprobes}):
+        index.nprobe = nprobe
+        hits, ms = 0, []
+        for q, gold in zip(queries, truth, strict=True):
+            t0 = time.perf_counter()
+            found = approx.search(q, 10)
+            ms.append(1000 * (time.perf_counter() - t0))
+            hits += len(gold & {u for u, _ in found})
+        out.append((index.nprobe, hits / (10 * len(queries)), statistics.median(ms)))
+    index.nprobe = keep
+    return out
+
+
+def synthetic_row(n: int, n_queries: int, with_variant: bool, nprobes: Sequence[int] = ()) -> dict[str, Any]:
     t0 = time.perf_counter()
     bank = build_bank(n)
     row: dict[str, Any] = {"n": n, "visible": bank.n_visible, "build_s": time.perf_counter() - t0}
@@ -211,6 +239,7 @@ def synthetic_row(n: int, n_queries: int, with_variant: bool) -> dict[str, Any]:
     t0 = time.perf_counter()
     approx_index.sync()
     row["approx_build_s"] = time.perf_counter() - t0
+    row["nlist"] = int(getattr(approx_index._faiss, "nlist", 0))
     row["approx_kind"] = approx["faiss_kind"]
     hits, s1_exact, s1_approx = 0, [], []
     for q in queries:
@@ -224,6 +253,9 @@ def synthetic_row(n: int, n_queries: int, with_variant: bool) -> dict[str, Any]:
         hits += len({u for u, _ in truth} & {u for u, _ in found})
     row["recall@10"] = hits / (10 * len(queries))
     row["s1_exact"], row["s1_approx"] = statistics.median(s1_exact), statistics.median(s1_approx)
+    row["tradeoff"] = (
+        ivf_tradeoff(approx_index, exact_index, queries, nprobes) if row["approx_kind"] == "ivf" else []
+    )
     no_embed = _NoEmbedder()
     exact_vec = {**vector, "backend": "numpy"}
     row["memlat_exact"] = _median_memlat(Retriever(bank, no_embed, paper, exact_vec), queries, texts)
@@ -301,6 +333,26 @@ def print_synthetic_row(r: dict[str, Any]) -> None:
     print("| " + " | ".join(cells) + " |", flush=True)
 
 
+def print_tradeoff(rows: list[dict[str, Any]]) -> None:
+    rows = [r for r in rows if r.get("tradeoff")]
+    if not rows:
+        return
+    print("\n## IVF: recall@10 against exact search and median Stage 1 ms, by lists probed\n")
+    print("| N | lists | nprobe | share of lists | recall@10 | S1 approx ms |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        for nprobe, rec, ms in r["tradeoff"]:
+            cells = [
+                f"{r['n']:,}",
+                f"{r['nlist']:,}",
+                str(nprobe),
+                f"{nprobe / r['nlist']:.1%}",
+                f"{rec:.3f}",
+                fmt(ms),
+            ]
+            print("| " + " | ".join(cells) + " |", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--locomo", type=int, default=2, help="LoCoMo conversations for part 1 (0: skip)")
@@ -310,15 +362,22 @@ def main(argv: list[str] | None = None) -> int:
         "--variant-max", type=int, default=100_000,
         help="largest N at which the whole variant is timed (its link index adds memory at 10^6)",
     )  # fmt: skip
+    ap.add_argument(
+        "--nprobes", type=int, nargs="*", default=[16, 64, 256, 1024],
+        help="IVF lists probed for the recall / latency trade-off table (the config's ivf_nprobe is the main row)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
 
     if args.locomo:  # each table is printed as soon as it is measured: a long run shows its results early
         print_locomo(locomo_side_by_side(args.locomo), args.locomo)
     if args.sizes:
         print_synthetic_head()
+        rows = []
         for n in args.sizes:
-            print_synthetic_row(synthetic_row(n, args.queries, n <= args.variant_max))
+            rows.append(synthetic_row(n, args.queries, n <= args.variant_max, args.nprobes))
+            print_synthetic_row(rows[-1])
             log(f"synthetic N={n:,} done")
+        print_tradeoff(rows)
     return 0
 
 
