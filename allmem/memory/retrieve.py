@@ -231,6 +231,7 @@ class Retriever:
         self._lex_all: np.ndarray | None = None  # the current query's BM25 of every unit, by row
         self._pool_rows = np.zeros(0, dtype=np.int64)  # this query's Stage 1 pool (bank rows) ...
         self._pool_scores = np.zeros(0, dtype=np.float64)  # ... and their Stage 1 scores
+        self._taken = np.zeros(0, dtype=bool)  # fill: the candidates' rows, flagged while _finish runs
         self.links = LinkIndex(bank) if cfg.stage3 == "neighbour" else None
         self._weights = neighbour_weights(dict(cfg.neighbour), dict(cfg.neighbour_back))
         self._dense_all: np.ndarray | None = None  # this query's cosine to every unit, when computed exactly
@@ -303,6 +304,8 @@ class Retriever:
                 lexical = [uid for uid, _ in self.bm25.search(query, d)]
                 return _top(rrf([dense, lexical], cfg.rrf_k), self.bank, k)[0]
         self._pool_rows, self._pool_scores = rows, np.asarray(scores, dtype=np.float64)
+        if cfg.stage1 == "fused":  # the pool's rows ascend, so ties by position are ties by row, as in _best
+            return self._ids_of(rows[top_positions(self._pool_scores, k)])
         return self._ids_of(rows[_best(rows, self._pool_scores, k)])
 
     def _fused_pool(self, query: str, qvec: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -314,26 +317,23 @@ class Retriever:
         if self.index.uses_faiss():  # a large bank: the approximate top list, cosines gathered row by row
             lex_rows, _ = self.bm25.top_rows(self._lex_all, depth)
             dense_rows, _ = self.index.search_rows(qvec, depth)
-            rows = np.union1d(dense_rows, lex_rows)
-        else:  # exact: one mat-vec over the surface serves Stage 1 and most of Stage 3
-            positions, dense_s = self.index.score_all(qvec)
-            surface = self.index.rows_at(positions)
-            self._dense_all = np.full(
-                len(self.bank), np.nan
-            )  # by row; NaN off the surface (gathered if asked)
-            self._dense_all[surface] = dense_s
-            lex_rows, _ = self.bm25.top_rows(self._lex_all, depth, ordered=False)
-            dense_rows = surface[top_positions(dense_s, depth, ordered=False)]
-            mark = np.zeros(len(self._dense_all), dtype=bool)
-            mark[dense_rows] = True
-            mark[lex_rows] = True
-            rows = np.flatnonzero(mark)
-        lex, dense = self._lex_all[rows], self._dense(rows, qvec)
-        self._fusion = Fusion.fit(self.cfg.fuse_weight, lex, dense)
-        if self._dense_all is not None:  # every unit's fused score at once: Stage 3 only reads it
-            self._fused_all = self._fused(None, self._lex_all, self._dense_all)
-            return rows, self._fused_all[rows]
-        return rows, self._fused(rows, lex, dense)
+            rows = np.union1d(dense_rows, lex_rows)  # ascending
+            lex, dense = self._lex_all[rows], self._gather(rows, qvec)
+            self._fusion = Fusion.fit(self.cfg.fuse_weight, lex, dense)
+            return rows, self._fused(rows, lex, dense)
+        # exact: one mat-vec over the surface serves Stage 1 and most of Stage 3
+        surface, dense_s = self.index.score_all(qvec)
+        n = len(self.bank)
+        self._dense_all = np.full(n, np.nan)  # by row; NaN off the surface (gathered if asked)
+        self._dense_all[surface] = dense_s
+        lex_rows, _ = self.bm25.top_rows(self._lex_all, depth, ordered=False)
+        mark = np.zeros(n, dtype=bool)
+        mark[surface[top_positions(dense_s, depth, ordered=False)]] = True
+        mark[lex_rows] = True
+        rows = np.flatnonzero(mark)  # ascending, all on the surface: no cosine to gather
+        self._fusion = Fusion.fit(self.cfg.fuse_weight, self._lex_all[rows], self._dense_all[rows])
+        self._fused_all = self._fused(None, self._lex_all, self._dense_all)  # Stage 3 only reads it
+        return rows, self._fused_all[rows]
 
     def _fused(self, rows: np.ndarray | None, lex: np.ndarray, dense: np.ndarray) -> np.ndarray:
         """The fused Stage 1 score, plus ``date_weight`` for units in a period the query names (rows None: all)."""
@@ -409,9 +409,11 @@ class Retriever:
     def _finish(self, rows: np.ndarray, scores: np.ndarray) -> tuple[list[str], list[float]]:
         """Best K candidates; with ``fill``, the Stage 1 pool's other units compete on their Stage 1 score."""
         if self.cfg.fill:
-            taken = np.sort(rows)
-            at = np.minimum(np.searchsorted(taken, self._pool_rows), len(taken) - 1)
-            rest = taken[at] != self._pool_rows
+            if len(self._taken) < len(self.bank):  # a flag by bank row, False between queries
+                self._taken = np.zeros(len(self.bank), dtype=bool)
+            self._taken[rows] = True
+            rest = ~self._taken[self._pool_rows]
+            self._taken[rows] = False
             rows = np.concatenate([rows, self._pool_rows[rest]])
             scores = np.concatenate([scores, self._pool_scores[rest]])
         order = _best(rows, scores, self.cfg.K)

@@ -45,6 +45,8 @@ class LinkIndex:
             str, tuple[np.ndarray, np.ndarray, np.ndarray]
         ] = {}  # side -> (ptr, other, type code)
         self.asks = np.zeros(0, dtype=bool)  # by row: the unit's evidence asks a question
+        self._degree = np.zeros(0, dtype=np.int64)  # by row: links seen from it (both sides)
+        self._slot = np.zeros(0, dtype=np.int64)  # by row: -1, or a candidate's position during ``positions``
 
     def sync(self) -> None:
         key = (self.bank.revision, self.bank.link_seq)
@@ -64,6 +66,8 @@ class LinkIndex:
         other = np.concatenate([src, dst])
         codes = np.concatenate([code, code + len(LINK_TYPES)])
         self._csr = _csr(keys, other, codes, n)
+        self._degree = np.diff(self._csr[0])
+        self._slot = np.full(n, -1, dtype=np.int64)
         self._key = key
 
     def neighbours(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -71,10 +75,24 @@ class LinkIndex:
         for a link ``rows[i] -> row``."""
         ptr, other, code = self._csr
         starts = ptr[rows]
-        lens = ptr[rows + 1] - starts
+        lens = self._degree[rows]
+        ends = np.cumsum(lens)
         owner = np.repeat(np.arange(len(rows)), lens)
-        at = np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(int(lens.sum()))
+        at = np.repeat(starts - ends + lens, lens) + np.arange(int(ends[-1]) if len(ends) else 0)
         return owner, other[at], code[at]
+
+    def positions(self, rows: np.ndarray, of: np.ndarray) -> np.ndarray:
+        """For each row in ``of``, its position in ``rows`` (distinct bank rows), or -1 when it is not there.
+
+        A lookup table by row, filled for ``rows`` and cleared again: O(len(rows) + len(of)) per call, with no
+        sort and no allocation of the bank's size. Not reentrant (one query at a time, as a Retriever works).
+        """
+        slot = self._slot
+        slot[rows] = np.arange(len(rows))
+        try:
+            return slot[of]
+        finally:
+            slot[rows] = -1
 
 
 def _csr(keys: np.ndarray, values: np.ndarray, code: np.ndarray, n: int) -> tuple[np.ndarray, ...]:
@@ -115,15 +133,13 @@ def neighbour_bonus(
     if not (reply or weights.any()) or not len(rows):
         return scores.copy()
     links.sync()
-    order = np.argsort(rows)
-    sorted_rows = rows[order]
     owner, other, code = links.neighbours(rows)
-    pos = np.minimum(np.searchsorted(sorted_rows, other), len(rows) - 1)
-    hit = (sorted_rows[pos] == other) & (other != rows[owner])
-    owner, other, code, j = owner[hit], other[hit], code[hit], order[pos[hit]]
+    j = links.positions(rows, other)  # the linked unit's candidate position, -1 if it is no candidate
+    hit = (j >= 0) & (j != owner)  # rows are distinct: j == owner is a unit's link to itself
+    owner, code, j = owner[hit], code[hit], j[hit]
     w = weights[code]
     if reply:
-        w = np.where((code == _TEMPORAL) & links.asks[other], reply, w)
+        w = np.where((code == _TEMPORAL) & links.asks[other[hit]], reply, w)
     bonus = np.zeros(len(rows), dtype=np.float64)
     np.maximum.at(bonus, owner, w * scores[j])
     return scores + bonus

@@ -111,10 +111,18 @@ class SurfaceIndex:
         """Bank rows of surface positions (the visible matrix is stored in its own order)."""
         if self.surface == "full":
             return np.asarray(positions, dtype=np.int64)
+        return self.surface_rows()[positions]
+
+    def surface_rows(self) -> np.ndarray:
+        """Bank row of every surface position, in surface order (cached until the bank changes; do not mutate)."""
+        if self.surface == "full":
+            if len(self._rows) != len(self.bank):
+                self._rows = np.arange(len(self.bank), dtype=np.int64)
+            return self._rows
         if self._rows_rev != self.bank.revision:
             self._rows = self.bank.rows_of(self.bank.visible_ids())
             self._rows_rev = self.bank.revision
-        return self._rows[positions]
+        return self._rows
 
     def uses_faiss(self, n: int | None = None) -> bool:
         """Whether a search of the surface (``n`` units) goes to faiss: always, never, or from ``approx_from``."""
@@ -123,11 +131,12 @@ class SurfaceIndex:
         return self.backend == "faiss"
 
     def score_all(self, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Cosine to every surface unit: (positions, scores as float64); the exact path of fused Stage 1."""
+        """Cosine to every surface unit: (bank rows in surface order, scores as float64); the exact path of fused
+        Stage 1. The rows array is the index's cached one: read it, do not mutate it."""
         mat = self._matrix()
         with single_thread_blas():
             scores = mat @ np.asarray(query, dtype=np.float32).reshape(-1)
-        return np.arange(len(mat)), scores.astype(np.float64)
+        return self.surface_rows(), scores.astype(np.float64)
 
     # ------------------------------------------------------------------ faiss upkeep
     def sync(self) -> None:
