@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 
@@ -19,6 +20,7 @@ from allmem.memory.bank import LINK_TYPES, MemoryBank
 from allmem.text import asks_question, index_terms
 
 REPLY = "reply"  # Stage 3 neighbour weight of a temporal link whose source asks a question
+_TEMPORAL = LINK_TYPES.index("temporal")
 MONTHS = (
     "January", "February", "March", "April", "May", "June",
     "July", "August", "September", "October", "November", "December",
@@ -41,9 +43,9 @@ class LinkIndex:
     def __init__(self, bank: MemoryBank) -> None:
         self.bank = bank
         self._key: tuple[int, int] | None = None
-        self._csr: dict[
-            str, tuple[np.ndarray, np.ndarray, np.ndarray]
-        ] = {}  # side -> (ptr, other, type code)
+        empty = np.zeros(0, dtype=np.int64)
+        self._csr = (np.zeros(1, dtype=np.int64), empty, empty)  # (ptr, other, side code) over bank rows
+        self._weighted: tuple[Any, np.ndarray] = (None, np.zeros(0))  # (key, weight of each CSR entry)
         self.asks = np.zeros(0, dtype=bool)  # by row: the unit's evidence asks a question
         self._degree = np.zeros(0, dtype=np.int64)  # by row: links seen from it (both sides)
         self._slot = np.zeros(0, dtype=np.int64)  # by row: -1, or a candidate's position during ``positions``
@@ -70,16 +72,34 @@ class LinkIndex:
         self._slot = np.full(n, -1, dtype=np.int64)
         self._key = key
 
-    def neighbours(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Triples (i, row, side code): code t < 4 for a link ``row -> rows[i]`` of type LINK_TYPES[t], t + 4
-        for a link ``rows[i] -> row``."""
-        ptr, other, code = self._csr
+    def neighbours(
+        self, rows: np.ndarray, weights: np.ndarray, reply: float = 0.0
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Triples (i, row, weight), one per link between ``rows[i]`` and ``row``: a link ``row -> rows[i]`` of
+        type LINK_TYPES[t] weighs ``weights[t]`` (``reply`` instead for a temporal one whose source asks a
+        question), a link ``rows[i] -> row`` weighs ``weights[t + 4]`` (``neighbour_weights``'s layout).
+
+        Why weights and not type codes: the weight of a link depends only on the bank and the config, so it is
+        worked out once per bank state and read per query.
+        """
+        ptr, other, _ = self._csr
         starts = ptr[rows]
         lens = self._degree[rows]
         ends = np.cumsum(lens)
         owner = np.repeat(np.arange(len(rows)), lens)
         at = np.repeat(starts - ends + lens, lens) + np.arange(int(ends[-1]) if len(ends) else 0)
-        return owner, other[at], code[at]
+        return owner, other[at], self._link_weights(weights, reply)[at]
+
+    def _link_weights(self, weights: np.ndarray, reply: float) -> np.ndarray:
+        """The weight of every CSR entry (see ``neighbours``), cached for this bank state and these weights."""
+        key = (self._key, weights.tobytes(), reply)
+        if self._weighted[0] != key:
+            _, other, code = self._csr
+            w = weights[code]
+            if reply:
+                w = np.where((code == _TEMPORAL) & self.asks[other], reply, w)
+            self._weighted = (key, w)
+        return self._weighted[1]
 
     def positions(self, rows: np.ndarray, of: np.ndarray) -> np.ndarray:
         """For each row in ``of``, its position in ``rows`` (distinct bank rows), or -1 when it is not there.
@@ -115,9 +135,6 @@ def neighbour_weights(
     return np.array(weights, dtype=np.float64), reply
 
 
-_TEMPORAL = LINK_TYPES.index("temporal")
-
-
 def neighbour_bonus(
     links: LinkIndex, rows: np.ndarray, scores: np.ndarray, weights: np.ndarray, reply: float = 0.0
 ) -> np.ndarray:
@@ -133,15 +150,11 @@ def neighbour_bonus(
     if not (reply or weights.any()) or not len(rows):
         return scores.copy()
     links.sync()
-    owner, other, code = links.neighbours(rows)
+    owner, other, w = links.neighbours(rows, weights, reply)
     j = links.positions(rows, other)  # the linked unit's candidate position, -1 if it is no candidate
     hit = (j >= 0) & (j != owner)  # rows are distinct: j == owner is a unit's link to itself
-    owner, code, j = owner[hit], code[hit], j[hit]
-    w = weights[code]
-    if reply:
-        w = np.where((code == _TEMPORAL) & links.asks[other[hit]], reply, w)
     bonus = np.zeros(len(rows), dtype=np.float64)
-    np.maximum.at(bonus, owner, w * scores[j])
+    np.maximum.at(bonus, owner[hit], w[hit] * scores[j[hit]])
     return scores + bonus
 
 
