@@ -74,12 +74,16 @@ def top_positions(scores: np.ndarray, k: int, ordered: bool = True) -> np.ndarra
         return np.zeros(0, dtype=np.int64)
     if k >= n:
         return np.lexsort((np.arange(n), -scores)) if ordered else np.arange(n)
-    kth = -np.partition(-scores, k - 1)[k - 1]  # the k-th best value (negated twice: exact)
-    cand = np.flatnonzero(scores >= kth)
+    # array methods rather than np.partition / np.flatnonzero: their Python wrappers cost more than the work
+    # on a few hundred scores (this runs several times per query)
+    neg = -scores
+    neg.partition(k - 1)
+    kth = -neg[k - 1]  # the k-th best value (negated twice: exact)
+    cand = (scores >= kth).nonzero()[0]
     if ordered:
         return cand[np.lexsort((cand, -scores[cand]))][:k]
     if len(cand) == k:  # no tie across the cut: the usual case, one comparison
         return cand
-    above = np.flatnonzero(scores > kth)
-    at_cut = np.flatnonzero(scores == kth)[: k - len(above)]
+    above = (scores > kth).nonzero()[0]
+    at_cut = (scores == kth).nonzero()[0][: k - len(above)]
     return np.concatenate([above, at_cut])

@@ -166,7 +166,7 @@ class BM25Index:
         self.sync()
         rows = self._rows
         s = scores[rows]
-        keep = np.flatnonzero(s > 0)
+        keep = (s > 0).nonzero()[0]
         order = keep[top_positions(s[keep], k, ordered)]
         return rows[order], s[order]
 

@@ -330,7 +330,7 @@ class Retriever:
         mark = np.zeros(n, dtype=bool)
         mark[surface[top_positions(dense_s, depth, ordered=False)]] = True
         mark[lex_rows] = True
-        rows = np.flatnonzero(mark)  # ascending, all on the surface: no cosine to gather
+        rows = mark.nonzero()[0]  # ascending, all on the surface: no cosine to gather
         self._fusion = Fusion.fit(self.cfg.fuse_weight, self._lex_all[rows], self._dense_all[rows])
         self._fused_all = self._fused(None, self._lex_all, self._dense_all)  # Stage 3 only reads it
         return rows, self._fused_all[rows]
