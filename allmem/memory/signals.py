@@ -59,7 +59,9 @@ class LinkIndex:
             ids = self.bank.full_ids_at(range(len(self.asks), n))
             fresh = [asks_question(self.bank.get(uid).evidence_text()) for uid in ids]
             self.asks = np.concatenate([self.asks, np.array(fresh, dtype=bool)])
-        links = self.bank.links()
+        # a unit is no neighbour of itself: a self-link (the bank refuses them; a hand-edited file could hold one)
+        # is left out here, once, rather than checked for in every query
+        links = [lk for lk in self.bank.links() if lk.src != lk.dst]
         code = np.array([LINK_TYPES.index(lk.type) for lk in links], dtype=np.int64)
         src = self.bank.rows_of([lk.src for lk in links])
         dst = self.bank.rows_of([lk.dst for lk in links])
@@ -154,7 +156,7 @@ def neighbour_bonus(
     links.sync()
     owner, other, w = links.neighbours(rows, weights, reply)
     j = links.positions(rows, other)  # the linked unit's candidate position, -1 if it is no candidate
-    hit = (j >= 0) & (j != owner)  # rows are distinct: j == owner is a unit's link to itself
+    hit = j >= 0
     bonus = np.zeros(len(rows), dtype=np.float64)
     np.maximum.at(bonus, owner[hit], w[hit] * scores[j[hit]])
     return scores + bonus
