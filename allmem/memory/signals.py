@@ -87,9 +87,8 @@ class LinkIndex:
         ptr, other, _ = self._csr
         starts = ptr[rows]
         lens = self._degree[rows]
-        ends = (
-            lens.cumsum()
-        )  # methods, not np.cumsum / np.repeat: their wrappers cost more than the work here
+        # array methods, not np.cumsum / np.repeat: their Python wrappers cost more than the work here
+        ends = lens.cumsum()
         owner = np.arange(len(rows)).repeat(lens)
         at = (starts - ends + lens).repeat(lens) + np.arange(int(ends[-1]) if len(ends) else 0)
         return owner, other[at], self._link_weights(weights, reply)[at]
