@@ -126,7 +126,7 @@ class Embedder:
         self,
         model_path: str | Path | None = None,
         cache_dir: str | Path | None = None,
-        batch_size: int = 64,
+        batch_size: int = 8,
         device: str = "cpu",
         num_threads: int | None = None,
     ) -> None:
