@@ -61,6 +61,7 @@ def context_line(unit: Retrieved) -> str:
     return text
 
 
+@lru_cache(maxsize=1 << 16)
 def _natural(s: str) -> tuple[tuple[int, int | str], ...]:
     """Sort key that orders digit runs numerically: ``D3:5`` < ``D3:10`` < ``D10:1``."""
     return tuple((0, int(p)) if p.isdigit() else (1, p) for p in _DIGITS.split(s) if p)
@@ -68,11 +69,15 @@ def _natural(s: str) -> tuple[tuple[int, int | str], ...]:
 
 def chronological(units: Sequence[Retrieved]) -> list[Retrieved]:
     """Timestamp, then natural id order, then ranking position; undated units go last in ranking order."""
-    indexed = list(enumerate(units))
-    dated = [x for x in indexed if x[1].timestamp is not None]
-    undated = [x for x in indexed if x[1].timestamp is None]
-    dated.sort(key=lambda x: (x[1].timestamp, _natural(x[1].id), x[0]))
-    return [u for _, u in dated + undated]
+    return [units[i] for i in _chronological_order(units)]
+
+
+def _chronological_order(units: Sequence[Retrieved]) -> list[int]:
+    """The positions of ``units`` in ``chronological`` order."""
+    dated = [i for i, u in enumerate(units) if u.timestamp is not None]
+    undated = [i for i, u in enumerate(units) if u.timestamp is None]
+    dated.sort(key=lambda i: (units[i].timestamp, _natural(units[i].id), i))
+    return dated + undated
 
 
 def pack(units: Sequence[Retrieved], budget_tokens: int) -> Packed:
@@ -95,10 +100,10 @@ def pack(units: Sequence[Retrieved], budget_tokens: int) -> Packed:
         n_keep += 1
 
     def render(n: int) -> tuple[list[Retrieved], list[str], str, int]:
-        kept = chronological(units[:n])
-        kept_lines = [context_line(u) for u in kept]
+        order = _chronological_order(units[:n])  # the lines above are reused: rendering is the costly part
+        kept_lines = [lines[i] for i in order]
         text = "\n".join(kept_lines)
-        return kept, kept_lines, text, count_tokens(text)
+        return [units[i] for i in order], kept_lines, text, count_tokens(text)
 
     best = render(n_keep)
     # the estimate is usually an upper bound (".\n" can merge into one token): grow while the exact text fits
