@@ -24,6 +24,7 @@ from allmem.llm.roles import RoleFailure, failure_of, run_role
 from allmem.systems import Resources
 from allmem.text import STOP_WORDS, words
 from allmem.text.keywords import FILLERS, KeywordExtractor
+from allmem.threads import single_thread_blas
 from allmem.types import Turn
 
 
@@ -150,7 +151,8 @@ class VectorIndex:
         n = len(self._ids)
         if n == 0:
             return []
-        scores = self.matrix() @ query
+        with single_thread_blas():
+            scores = self.matrix() @ query
         if k is not None and k < n:
             top = np.argpartition(-scores, k - 1)[:k]
             top = top[np.lexsort((top, -scores[top]))]

@@ -18,13 +18,12 @@ the centroids it was trained on); an archive or a descriptor change triggers a r
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
 from allmem.memory.bank import MemoryBank
+from allmem.threads import single_thread_blas
 
 SURFACES = ("visible", "full")
 BACKENDS = ("numpy", "faiss", "auto")
@@ -195,37 +194,6 @@ class SurfaceIndex:
         self._faiss = index
         self._built_kind = kind
         self.rebuilds += 1
-
-
-_BLAS: list[Any] | None = None  # BLAS thread-pool controllers, found on first use (never at import)
-
-
-@contextmanager
-def single_thread_blas() -> Iterator[None]:
-    """Run a mat-vec on one BLAS thread, then restore the previous setting.
-
-    Why: OpenBLAS splits even a query-sized mat-vec across threads; on a shared 2-core machine waking the
-    second thread costs milliseconds (measured: 11 ms vs 0.3 ms at N=10^4). Setting the count directly costs
-    about a microsecond, unlike threadpoolctl's context manager (~0.2 ms per call).
-    """
-    global _BLAS
-    if _BLAS is None:
-        try:
-            from threadpoolctl import ThreadpoolController
-
-            _BLAS = list(ThreadpoolController().select(user_api="blas").lib_controllers)
-        except ImportError:  # pragma: no cover - threadpoolctl ships with the scientific stack
-            _BLAS = []
-    previous = [lib.get_num_threads() for lib in _BLAS]
-    for lib, n in zip(_BLAS, previous, strict=True):
-        if n != 1:
-            lib.set_num_threads(1)
-    try:
-        yield
-    finally:
-        for lib, n in zip(_BLAS, previous, strict=True):
-            if n != 1:
-                lib.set_num_threads(n)
 
 
 def _numpy_topk(mat: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
