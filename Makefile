@@ -9,11 +9,18 @@ export TRANSFORMERS_OFFLINE := 1
 export WANDB_MODE ?= disabled
 export TOKENIZERS_PARALLELISM := false
 
-# Methods run by `make reproduce` on the full LoCoMo (offline backend).
-METHODS ?= full_history,naive_rag,bm25,bm25_okapi,hybrid_rag,allmem_noatc,allmem,allmem_hybrid,mem0,amem,lightmem,hipporag,memgpt
+# Methods run by `make reproduce` on the full LoCoMo (offline backend); the slowest first, so that the last
+# jobs of the parallel sweep are short ones (the tables sort rows themselves).
+METHODS ?= amem,hipporag,mem0,lightmem,memgpt,allmem,allmem_hybrid,allmem_noatc,naive_rag,hybrid_rag,full_history,bm25,bm25_okapi
 # All-Mem (no consolidation) with the other Stage 1 scorers, next to BM25 and Naive RAG.
 STAGE1 ?= stage1_bm25,stage1_hybrid
 REPRO_DIR ?= results/runs/reproduce
+# `make reproduce` runs naive_rag alone first: it embeds every turn and question into the shared embedding cache
+# (.cache/embeddings), so the methods after it, JOBS at a time (hydra-joblib-launcher, one torch thread each), never
+# embed the same text twice. JOBS=1 runs them one after another.
+WARM ?= naive_rag
+JOBS ?= 2
+PARALLEL := hydra/launcher=joblib hydra.launcher.n_jobs=$(JOBS)
 # torch's CPU build (the CUDA build that plain PyPI serves is several GB): pip looks in TORCH_INDEX too, and
 # the CPU wheels there (2.13.0+cpu) win. Where pip already finds a local CPU wheel, the index may be unreachable:
 # one quick warning. TORCH_INDEX= (empty) installs whatever PyPI serves, e.g. for a CUDA machine.
@@ -41,8 +48,9 @@ test-fast: $(STAMP) ## The suite without the tests marked slow (real LoCoMo, rea
 	$(PY) -m pytest tests -m "not slow"
 
 reproduce: $(STAMP) ## Run every method on the full LoCoMo (offline backend) and print the results tables
-	$(VENV)/bin/allmem run -m dataset=locomo method=$(METHODS) run.root=$(REPRO_DIR)
-	$(VENV)/bin/allmem run -m dataset=locomo +experiment=$(STAGE1) run.root=$(REPRO_DIR)
+	$(VENV)/bin/allmem run dataset=locomo method=$(WARM) run.root=$(REPRO_DIR)
+	$(VENV)/bin/allmem run -m dataset=locomo method=$(METHODS) run.root=$(REPRO_DIR) $(PARALLEL)
+	$(VENV)/bin/allmem run -m dataset=locomo +experiment=$(STAGE1) run.root=$(REPRO_DIR) $(PARALLEL)
 	$(VENV)/bin/allmem report $(REPRO_DIR) --out results/tables/locomo_offline.md --figures results/figures
 
 bench: $(STAMP) ## Mem-Lat: allmem vs allmem_hybrid on LoCoMo; exact vs approximate search and BM25 up to 10^6 units
