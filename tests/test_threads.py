@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from threadpoolctl import ThreadpoolController, threadpool_limits
 
+from allmem import threads
 from allmem.threads import one_thread
 
 
@@ -14,8 +15,11 @@ def _sizes(user_api: str) -> list[int]:
 
 
 @pytest.mark.parametrize("user_api", ["blas", "openmp"])
-def test_one_thread_section_then_restore(user_api: str) -> None:
+def test_one_thread_section_then_restore(user_api: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import igraph  # noqa: F401 - loads igraph's OpenMP runtime (the pool HippoRAG's PageRank uses)
+
+    # pools are looked up on first use; earlier tests may have done that before every library here was loaded
+    monkeypatch.setattr(threads, "_POOLS", {})
 
     np.ones((4, 4)) @ np.ones(4)
     if not _sizes(user_api):
