@@ -32,6 +32,7 @@ from allmem.errors import ConfigError, RunFailed
 from allmem.metrics import score_records
 from allmem.metrics.protocols import Protocol
 from allmem.metrics.retrieval import rank_source_ids
+from allmem.report.wandb_log import log_run
 from allmem.systems import MemorySystem, Resources
 from allmem.types import AnswerInfo, AnswerRequest, Dialogue, Prediction, Question
 from benchmarks import load_dataset
@@ -224,7 +225,7 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
         metrics["system"] = _system_summary(rundir.read_jsonl(run_dir / rundir.SYSTEM_STATS))
         metrics["wall_s_last_session"] = time.perf_counter() - t_start
         rundir.write_json(run_dir / rundir.METRICS, metrics)
-        _log_wandb(cfg, metrics)
+        log_run(cfg, run_dir, metrics)  # Weights & Biases, when wandb.enabled (allmem/report/wandb_log.py)
         rundir.write_atomic(run_dir / rundir.DONE, "complete\n")
     print(f"[allmem] done: {run_dir}")
     return run_dir
@@ -407,17 +408,3 @@ def _system_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for row in rows:
         by_dialogue[row["dialogue_id"]] = row
     return {"per_dialogue": by_dialogue}
-
-
-def _log_wandb(cfg: DictConfig, metrics: dict[str, Any]) -> None:
-    if not cfg.wandb.enabled:
-        return
-    import wandb
-
-    run = wandb.init(
-        project=str(cfg.wandb.project), mode=str(cfg.wandb.mode),
-        config=OmegaConf.to_container(cfg, resolve=True),  # type: ignore[arg-type]
-    )  # fmt: skip
-    flat = {k: v for k, v in metrics.get("overall", {}).items() if isinstance(v, int | float)}
-    run.log(flat)
-    run.finish()
