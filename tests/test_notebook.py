@@ -39,12 +39,18 @@ def _outputs(nb, kind: str) -> list[str]:
 def test_notebook_runs_on_a_small_results_folder(results, monkeypatch):
     monkeypatch.setenv("ALLMEM_RESULTS", str(results))
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    assert not any(cell.get("outputs") for cell in nb.cells if cell.cell_type == "code"), "commit it without outputs"
-    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+    assert not any(cell.get("outputs") for cell in nb.cells if cell.cell_type == "code"), (
+        "commit it without outputs"
+    )
+    NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}}
+    ).execute()
     html = "\n".join(_outputs(nb, "text/html"))
     assert "allmem" in html and "bm25" in html  # Table 1 rows
     plain = "\n".join(_outputs(nb, "text/plain") + _outputs(nb, "stream"))
     assert "runs" in plain and "table1.csv" in plain
     images = _outputs(nb, "image/png")
     assert len(images) >= 4  # fig4, fig5, fig6 redrawn, plus the saved figures shown
-    assert "fig3.csv not found" in "\n".join(_outputs(nb, "text/markdown"))  # fig3 was not summarised: said so
+    assert "fig3.csv not found" in "\n".join(
+        _outputs(nb, "text/markdown")
+    )  # fig3 was not summarised: said so
