@@ -29,8 +29,8 @@ def test_table1_values_by_hand(table1_root, tmp_path):
     text = (tmp_path / "tables" / "table1.md").read_text()
     # All-Mem: F1 = 1 on every question, a constant: the interval has zero width.
     assert "| allmem | n/a | 100.00 [100.00, 100.00] |" in text
-    # bm25 is right on 4 of 8 questions (two per category-4 pair...) -> mean 50; against All-Mem d = (0,0,0,0,-1,
-    # -1,-1,-1): exact sign-flip test, |mean d| = 0.5 only when the four -1 agree: 2 * 2^4 / 2^8 = 0.125.
+    # bm25 is right on questions 0-3 (conv-26) of 8 -> mean 50; against All-Mem d = (0,0,0,0,-1,-1,-1,-1): exact
+    # sign-flip test (2^8 <= 10000 patterns), |mean d| = 0.5 only when the four -1 agree: 2 * 2^4 / 2^8 = 0.125.
     assert "-50.00 (p 0.125)" in text
     frame = pd.read_csv(tmp_path / "tables" / "table1.csv")
     row = frame[

@@ -23,6 +23,15 @@ from allmem.report.runs import Run
 from allmem.report.tables import markdown
 
 ATC_PHASES = ("diagnose", "plan_split", "plan_merge", "plan_update")
+DEFINITIONS = (
+    "Write: wall time of ingestion minus ATC runs, per turn written; tokens: the write phase's LLM calls (in + out).",
+    "Retrieve: wall time of system.retrieve per query (query embedding and search, no generation; p50 in brackets);"
+    " LLM tokens of the retrieve phase; context tokens packed into the generator (after the matched budget).",
+    "ATC: an event is one consolidation run; tokens are its diagnosis and planning calls, time its wall time;"
+    " amortised = totals over the turns the runs covered. USD: uncached price of every call, with a real LLM only.",
+    "(bank re-used): the run loaded banks ingested by an earlier run; its write and ATC columns are those measured"
+    " when the banks were built.",
+)
 
 
 def _tokens(t: dict[str, Any] | None) -> float:

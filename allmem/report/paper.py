@@ -90,7 +90,7 @@ def render_table2(found: Found, tables: Path, figures: Path) -> list[Path]:
             frames.append(t)
             runs_all += runs
             sections += [f"## {DATASET_TITLES.get(ds, ds)}", cost.markdown_for(t)]
-    notes = [_lme_note(found), *_missing(found, ["table1"]), cost.__doc__.split("\n\n")[0].replace("\n", " "),
+    notes = [_lme_note(found), *_missing(found, ["table1"]), *cost.DEFINITIONS,
              "Offline token counts are the rendered prompts of the rule-based roles (what an LLM would have read), "
              "and offline latencies are those roles' CPU time, not an LLM's."]  # fmt: skip
     sections.append(footer(runs_all, "table2", notes))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 
 from allmem.report.runs import Run
 
@@ -47,7 +48,12 @@ def dataset_text(runs: Sequence[Run]) -> str:
         }
         limited = any(a is not None or b is not None for a, b in limits)
         n = "/".join(str(c) for c in counts)
-        out.append(f"{DATASET_TITLES.get(ds, ds)} ({n} questions{', LIMITED subset' if limited else ''})")
+        files = sorted({f"{Path(f).name} sha256:{h[:12]}" for r in runs if r.dataset == ds
+                        for f, h in (r.manifest.get("data") or {}).items()})  # fmt: skip
+        source = f", {', '.join(files)}" if files else ""
+        out.append(
+            f"{DATASET_TITLES.get(ds, ds)} ({n} questions{', LIMITED subset' if limited else ''}{source})"
+        )
     return "; ".join(out)
 
 

@@ -4,6 +4,7 @@ tests against All-Mem; per category (LoCoMo) or question type (LongMemEval-s); L
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import pandas as pd
@@ -102,7 +103,7 @@ def markdown_for(table: pd.DataFrame, runs: Sequence[Run], dataset: str) -> str:
         out.append(markdown(["Method", *[metric_title(m) for m in metrics]], rows))
     else:
         out.append(f"No `{REFERENCE}` run among these, so no paired tests.")
-    groups = [g for g in dict.fromkeys(all_rows["group"]) if g != OVERALL]
+    groups = sorted((g for g in dict.fromkeys(all_rows["group"]) if g != OVERALL), key=_natural)
     if groups:
         kind = "category" if dataset == "locomo" else "question type"
         for metric in [m for m in metrics if m in ("judge", "f1", "R@5", "N@5")]:
@@ -135,6 +136,10 @@ def markdown_for(table: pd.DataFrame, runs: Sequence[Run], dataset: str) -> str:
     if note:
         out.append(note)
     return "\n\n".join(out)
+
+
+def _natural(key: str) -> tuple:
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", key) if p)
 
 
 def stats_note() -> str:
