@@ -31,6 +31,7 @@ def test_every_target_experiment_exists_and_is_ordered():
         assert exp in ORDER, f"{exp}: add it to targets.ORDER so `make paper` runs it"
 
 
+@pytest.mark.slow  # the real embedding model
 @pytest.mark.parametrize(("experiment", "point"), POINTS, ids=[f"{e}:{' '.join(p)}" for e, p in POINTS])
 def test_point_instantiates_and_answers_on_a_tiny_dialogue(
     experiment, point, fixtures_dir, tmp_path, embedder

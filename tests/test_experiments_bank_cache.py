@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from test_memory_fakes import T0, HashEmbedder, make_turns
@@ -37,6 +38,7 @@ def _answers(run_dir: Path) -> list[dict]:
     ]
 
 
+@pytest.mark.slow  # the real embedding model
 def test_reused_bank_answers_exactly_like_a_fresh_ingestion(tmp_path, cache_dir, fixtures_dir):
     common = _common(tmp_path, cache_dir, fixtures_dir)
     banks = f"run.bank_cache={tmp_path / 'banks'}"

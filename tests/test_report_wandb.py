@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from hydra import compose, initialize_config_dir
 
 from allmem.report.wandb_log import flat_metrics
@@ -13,6 +14,7 @@ from allmem.runner import run
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
+@pytest.mark.slow  # the real embedding model
 def test_offline_wandb_run_holds_config_metrics_and_figures(tmp_path, cache_dir, fixtures_dir, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
@@ -46,6 +48,7 @@ def test_offline_wandb_run_holds_config_metrics_and_figures(tmp_path, cache_dir,
     )
 
 
+@pytest.mark.slow  # the real embedding model
 def test_disabled_by_default_writes_nothing(tmp_path, cache_dir, fixtures_dir):
     overrides = ["method=bm25", f"dataset.path={fixtures_dir / 'locomo_tiny.json'}", f"run.root={tmp_path}",
                  f"paths.cache_dir={cache_dir}", "run.progress=false"]  # fmt: skip

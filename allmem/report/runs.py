@@ -85,17 +85,29 @@ class Run:
     def written_at(self) -> str | None:
         return self.manifest.get("written_at")
 
-    def records(self) -> list[dict[str, Any]]:
+    # A complete run never changes, so each file is read once per Run object.
+    @cached_property
+    def _records(self) -> list[dict[str, Any]]:
         return rundir.read_jsonl(self.path / rundir.PREDICTIONS)
+
+    @cached_property
+    def _stats(self) -> dict[str, dict[str, Any]]:
+        return {r["dialogue_id"]: r for r in rundir.read_jsonl(self.path / rundir.SYSTEM_STATS)}
+
+    @cached_property
+    def _events(self) -> list[dict[str, Any]]:
+        return rundir.read_jsonl(self.path / EVENTS)
+
+    def records(self) -> list[dict[str, Any]]:
+        return self._records
 
     def stats(self) -> dict[str, dict[str, Any]]:
         """``system_stats.jsonl`` by dialogue; the last line wins (a resumed dialogue was ingested again)."""
-        return {r["dialogue_id"]: r for r in rundir.read_jsonl(self.path / rundir.SYSTEM_STATS)}
+        return self._stats
 
     def events(self, kind: str | None = None) -> list[dict[str, Any]]:
         """``atc_events.jsonl`` lines (all, or one ``kind``: diagnose, target, run, probe); [] without ATC."""
-        rows = rundir.read_jsonl(self.path / EVENTS)
-        return [r for r in rows if kind is None or r.get("kind") == kind]
+        return [r for r in self._events if kind is None or r.get("kind") == kind]
 
     def calls(self) -> list[dict[str, Any]]:
         return rundir.read_jsonl(self.path / rundir.CALLS)
