@@ -122,3 +122,18 @@ def test_cli_sweep_summary(tmp_path, capsys):
     assert "method.retrieval.K" in text
     assert "| 4 | n/a | 25.00 [" in text and "| 16 | n/a | 100.00 [100.00, 100.00]" in text
     assert (tmp_path / "out" / "figures" / "sweep.png").stat().st_size > 10_000
+
+
+def test_driver_launches_only_incomplete_experiments(tmp_path, capsys):
+    from allmem.report.targets import main as targets_main
+
+    write_experiment(tmp_path, "table1", lambda label, i: True)
+    assert targets_main(["run", "fig3", "--runs", str(tmp_path), "--jobs", "3", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "table1 on locomo: 5/5 runs complete, nothing to run" in out
+    assert "fig3 on locomo: 1/12 complete; running:" in out  # the default point is Table 1's All-Mem run
+    assert (
+        "run -m +experiment=fig3 dataset=locomo" in out
+        and "hydra/launcher=local hydra.launcher.n_jobs=3" in out
+    )
+    assert LME_SKIPPED in out

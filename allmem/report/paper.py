@@ -92,7 +92,9 @@ def render_table2(found: Found, tables: Path, figures: Path) -> list[Path]:
             sections += [f"## {DATASET_TITLES.get(ds, ds)}", cost.markdown_for(t)]
     notes = [_lme_note(found), *_missing(found, ["table1"]), *cost.DEFINITIONS,
              "Offline token counts are the rendered prompts of the rule-based roles (what an LLM would have read), "
-             "and offline latencies are those roles' CPU time, not an LLM's."]  # fmt: skip
+             "and offline latencies are those roles' CPU time, not an LLM's. Latencies are wall times on the machine "
+             "that ran them (shared or not); a text's embedding is computed once and then read from the on-disk "
+             "cache, so the first run to embed a text pays for it."]  # fmt: skip
     sections.append(footer(runs_all, "table2", notes))
     frame = pd.concat(frames, ignore_index=True) if frames else None
     return _write("\n\n".join(sections), frame, tables, "table2")

@@ -114,16 +114,16 @@ def markdown_for(table: pd.DataFrame, runs: Sequence[Run], dataset: str) -> str:
             out.append(f"### {metric_title(metric)} per {kind}")
             rows = [[label, *[cell(all_rows, label, metric, group=g) for g in groups]] for label in labels]
             out.append(markdown(["Method", *names], rows))
+    fit_ids = ", ".join(sorted(set(fit_split(dataset)))) if dataset == "locomo" else ""
     for subset, what in (
-        ("held-out", "the five held-out conversations"),
-        ("fit", "the five fit conversations"),
+        ("held-out", f"the conversations nothing was fitted on (all but {fit_ids})"),
+        ("fit", f"the conversations the offline reader's constants were fitted on ({fit_ids})"),
     ):
         part = table[table["subset"] == subset]
-        if part.empty:
+        n = int(part[(part["group"] == OVERALL)]["n"].max() or 0) if not part.empty else 0
+        if not n:
             continue
-        ids = ", ".join(sorted(set(fit_split(dataset)))) if subset == "fit" else "the other five"
-        out.append(f"### {subset.capitalize()}: {what} ({ids})")
-        n = int(part[(part["group"] == OVERALL)]["n"].max() or 0)
+        out.append(f"### {subset.capitalize()}: {what}")
         rows = [[label, *[cell(part, label, m) for m in metrics], *[cell(part, label, m, what="delta") for m in ("f1", "R@5")]]
                 for label in labels]  # fmt: skip
         out.append(

@@ -163,14 +163,13 @@ def run_experiments(
     dry_run: bool = False,
 ) -> int:
     """Launch one Hydra multirun per experiment and dataset whose points are not all complete."""
-    found = collect(experiments_of(targets), root, lme, extra)
     if not lme:
         print(f"[allmem] {LME_SKIPPED}")
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1" if jobs > 1 else env.get("OMP_NUM_THREADS", ""))
     env = {k: v for k, v in env.items() if v != ""}
-    for exp, per_ds in found.items():
-        for ds, pts in per_ds.items():
+    for exp in experiments_of(targets):
+        for ds, pts in collect([exp], root, lme, extra)[exp].items():  # afresh: earlier multiruns made runs
             done = sum(p.run is not None for p in pts)
             if done == len(pts):
                 print(f"[allmem] {exp} on {ds}: {done}/{len(pts)} runs complete, nothing to run")
