@@ -170,6 +170,12 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
         log.info("complete run found, skipping: %s", run_dir)
         print(f"[allmem] skip (complete): {run_dir}")
         return run_dir
+    twin = None if cfg.run.get("name") else rundir.complete_twin(run_dir)
+    if (
+        twin is not None
+    ):  # the same config and data under another name (e.g. a sweep point equal to the default)
+        print(f"[allmem] skip (complete, same config): {twin}")
+        return twin
     t_start = time.perf_counter()
     # Everything that can fail on input or config fails here, before the run directory exists.
     preflight.check_config(cfg)
