@@ -71,8 +71,10 @@ def write_run(
     tokens: Callable[[int], int] = lambda i: 200,
 ) -> Path:
     cfg = _compose(list(overrides))
-    name = f"{cfg.method.name}-{rundir.config_hash(cfg)}"
-    path = root / str(cfg.dataset.name) / name
+    digest = rundir.data_digest(cfg)
+    path = (
+        root / str(cfg.dataset.name) / f"{rundir.run_label(cfg, overrides)}-{rundir.config_hash(cfg, digest)}"
+    )
     path.mkdir(parents=True)
     (path / rundir.CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
     records = _records(correct, tokens)
@@ -95,6 +97,10 @@ def write_run(
         stats.append(row)
     (path / rundir.SYSTEM_STATS).write_text("".join(json.dumps(s) + "\n" for s in stats))
     metrics = score_records(records, "allmem")
+    metrics["run"] = {
+        "label": rundir.run_label(cfg, overrides),
+        "config_hash": rundir.config_hash(cfg, digest),
+    }
     metrics["backend"] = {"llm": "offline", "llm_model": "offline", "offline": True}
     metrics["cost"] = {
         "write": {"tokens_in": 100, "tokens_out": 20},
@@ -123,7 +129,8 @@ def write_experiment(
             continue
         overrides = [f"+experiment={experiment}", "dataset=locomo", *extra, *point]
         cfg = _compose(overrides)
-        if (root / "locomo" / f"{cfg.method.name}-{rundir.config_hash(cfg)}").exists():
+        digest = rundir.config_hash(cfg, rundir.data_digest(cfg))
+        if list((root / "locomo").glob(f"*-{digest}")):
             continue  # the same configuration is shared by several experiments
         out.append(write_run(root, overrides, lambda i, label=label: correct(label, i)))
     return out

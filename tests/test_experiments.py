@@ -17,7 +17,18 @@ from allmem.systems import MemorySystem, Resources
 from benchmarks import load_dataset
 
 EXPERIMENTS = sorted({e for t in TARGETS.values() for e in t.experiments})
-POINTS = [(e, p) for e in EXPERIMENTS for p in sweep_points(e)]
+POINTS = [
+    (e, p) for e in EXPERIMENTS for p in sweep_points(e, use_cache=False)
+]  # collection: no cache writes
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cache_outside_the_checkout(tmp_path_factory):
+    """sweep_points caches under ALLMEM_CACHE: a temporary folder here."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ALLMEM_CACHE", str(tmp_path_factory.mktemp("allmem-cache")))
+    yield
+    mp.undo()
 
 
 def _compose(overrides: list[str], hydra_config: bool = False):

@@ -44,7 +44,9 @@ def test_reused_bank_answers_exactly_like_a_fresh_ingestion(tmp_path, cache_dir,
     banks = f"run.bank_cache={tmp_path / 'banks'}"
     first = run(_cfg(["method=allmem", banks, "run.probe_queries=4", *common]))
     reused = run(_cfg(["method=allmem", banks, "run.probe_queries=4", "method.retrieval.K=4", *common]))
-    fresh = run(_cfg(["method=allmem", "run.probe_queries=4", "method.retrieval.K=4", *common]))
+    # the bank folder is not part of a run's identity: a fresh ingestion needs its own run root
+    fresh = run(_cfg(["method=allmem", "run.probe_queries=4", "method.retrieval.K=4", *common,
+                      f"run.root={tmp_path / 'fresh'}"]))  # fmt: skip
     assert _answers(reused) == _answers(fresh)
 
     def stats(d: Path) -> list[dict]:
@@ -153,3 +155,29 @@ def test_probe_times_both_surfaces_at_every_checkpoint(tmp_path):
     off = _system(tmp_path / "off", None)
     _stream(off, SESSIONS)
     assert not [e for e in off.consolidator.log.events if e["kind"] == "probe"]
+
+
+def test_bank_cache_folder_is_not_part_of_a_runs_identity(cache_dir):
+    from allmem import rundir
+
+    a = _cfg(["method=allmem", "run.bank_cache=/somewhere/banks"])
+    b = _cfg(["method=allmem", "run.bank_cache=/elsewhere/banks"])
+    c = _cfg(["method=allmem"])
+    assert rundir.config_hash(a, "d") == rundir.config_hash(b, "d") == rundir.config_hash(c, "d")
+    assert rundir.override_dirname(["run.bank_cache=/x", "hydra/launcher=local", "method.retrieval.K=4"]) == (
+        "method.retrieval.K=4"
+    )
+
+
+def test_a_complete_run_under_another_name_is_not_made_again(tmp_path):
+    from allmem import rundir
+
+    twin = tmp_path / "locomo" / "allmem,experiment=table1-0123456789"
+    twin.mkdir(parents=True)
+    (twin / rundir.DONE).write_text("complete\n")
+    asked = tmp_path / "locomo" / "allmem,experiment=fig3,method.retrieval.K=16-0123456789"
+    assert rundir.complete_twin(asked) == twin
+    assert rundir.complete_twin(tmp_path / "locomo" / "allmem-9999999999") is None
+    assert rundir.complete_twin(tmp_path / "my-named-run") is None  # run.name: no hash suffix
+    (twin / rundir.DONE).unlink()
+    assert rundir.complete_twin(asked) is None  # incomplete runs never count

@@ -11,6 +11,8 @@ and reads the complete run directory with that hash, so a run is found whatever 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import shlex
 import subprocess
@@ -24,6 +26,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from allmem import rundir
+from allmem.paths import cache_dir
 from allmem.report.runs import Run, by_hash, find_runs
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -98,7 +101,7 @@ def _compose(overrides: Sequence[str], hydra_config: bool = False) -> DictConfig
 
 
 @lru_cache(maxsize=64)
-def sweep_points(experiment: str) -> tuple[tuple[str, ...], ...]:
+def sweep_points(experiment: str, use_cache: bool = True) -> tuple[tuple[str, ...], ...]:
     """The override list of every point of an experiment's ``hydra.sweeper.params`` (Hydra's own expansion)."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -106,8 +109,15 @@ def sweep_points(experiment: str) -> tuple[tuple[str, ...], ...]:
     path = CONFIGS / "experiment" / f"{experiment}.yaml"
     if not path.exists():
         raise SystemExit(f"{path}: no such experiment file")
-    cfg = _compose([f"+experiment={experiment}"], hydra_config=True)
-    params = OmegaConf.to_container(cfg.hydra.sweeper.params or {}, resolve=False)
+    cache = _HashCache() if use_cache else None
+    key = f"sweep:{_fingerprint()}:{experiment}"
+    params = cache.data.get(key) if cache is not None else None
+    if params is None:
+        cfg = _compose([f"+experiment={experiment}"], hydra_config=True)
+        params = OmegaConf.to_container(cfg.hydra.sweeper.params or {}, resolve=False)
+        if cache is not None:
+            cache.data[key], cache.dirty = params, True
+            cache.save()
     assert isinstance(params, dict)
     if not params:
         return ((),)
@@ -131,15 +141,84 @@ class Point:
         return " ".join(self.overrides) or "(defaults)"
 
 
+@lru_cache(maxsize=1)
+def _fingerprint() -> str:
+    """What a composed config's hash depends on besides the overrides: every config file, the identity rules
+    (``allmem/rundir.py``) and the cache folder the configs interpolate."""
+    h = hashlib.sha256(os.environ.get("ALLMEM_CACHE", "").encode())
+    for path in sorted(CONFIGS.rglob("*.yaml")):
+        h.update(path.relative_to(CONFIGS).as_posix().encode() + b"\0" + path.read_bytes())
+    h.update(Path(rundir.__file__).read_bytes())
+    return h.hexdigest()[:16]
+
+
+@lru_cache(maxsize=16)
+def _digest(dataset: str, path: str | None, stamp: tuple[int, int]) -> str:
+    cfg = OmegaConf.create({"dataset": {"name": dataset, "path": path}})
+    return rundir.data_digest(cfg)
+
+
+def _data_digest(dataset: str, path: str | None) -> str:
+    """The runner's data digest, computed once per file version (size and modification time)."""
+    from allmem.paths import resolve_data_path
+
+    st = resolve_data_path(dataset, path).stat()
+    return _digest(dataset, path, (st.st_size, st.st_mtime_ns))
+
+
+class _HashCache:
+    """Config hashes of composed points, on disk: composing one point takes Hydra most of a second, and a
+    re-summarise of every paper target composes about fifty. Keyed by the overrides, the fingerprint of the
+    configs and identity rules, and the data digest; a miss composes."""
+
+    def __init__(self) -> None:
+        self.path = cache_dir() / "report" / "point_hashes.json"
+        try:
+            self.data: dict[str, dict] = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            self.data = {}
+        self.dirty = False
+
+    def config_hash(self, overrides: Sequence[str]) -> str:
+        key = hashlib.sha256(json.dumps([_fingerprint(), list(overrides)]).encode()).hexdigest()[:24]
+        entry = self.data.get(key)
+        if entry is not None:
+            digest = _data_digest(entry["dataset"], entry["path"])
+            if digest in entry["hashes"]:
+                return entry["hashes"][digest]
+        cfg = _compose(overrides)
+        path = cfg.dataset.get("path")
+        digest = _data_digest(str(cfg.dataset.name), None if path is None else str(path))
+        entry = {"dataset": str(cfg.dataset.name), "path": None if path is None else str(path), "hashes": {}}
+        entry["hashes"][digest] = rundir.config_hash(cfg, digest)
+        self.data[key] = entry
+        self.dirty = True
+        return entry["hashes"][digest]
+
+    def save(self) -> None:
+        if not self.dirty:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(self.data))
+        tmp.replace(self.path)
+
+
 def points(
-    experiment: str, dataset: str, ds_overrides: Sequence[str], extra: Sequence[str], runs: dict[str, Run]
+    experiment: str,
+    dataset: str,
+    ds_overrides: Sequence[str],
+    extra: Sequence[str],
+    runs: dict[str, Run],
+    hashes: _HashCache | None = None,
 ) -> list[Point]:
+    cache = hashes or _HashCache()
     out = []
     for point in sweep_points(experiment):
-        overrides = [f"+experiment={experiment}", *ds_overrides, *extra, *point]
-        cfg = _compose(overrides)
-        h = rundir.config_hash(cfg)
+        h = cache.config_hash([f"+experiment={experiment}", *ds_overrides, *extra, *point])
         out.append(Point(experiment, dataset, tuple(point), h, runs.get(h)))
+    if hashes is None:
+        cache.save()
     return out
 
 
@@ -148,10 +227,13 @@ def collect(
 ) -> dict[str, dict[str, list[Point]]]:
     """``{experiment: {dataset: [Point]}}`` against the complete runs under ``root``."""
     runs = by_hash(find_runs(root))
-    return {
-        exp: {ds: points(exp, ds, ov, extra, runs) for ds, ov in dataset_overrides(lme).items()}
+    hashes = _HashCache()
+    found = {
+        exp: {ds: points(exp, ds, ov, extra, runs, hashes) for ds, ov in dataset_overrides(lme).items()}
         for exp in experiments
     }
+    hashes.save()
+    return found
 
 
 def run_experiments(
