@@ -27,7 +27,7 @@ OUT ?= results
 TARGET_ARGS = --runs $(RUNS) $(if $(LME),--lme $(LME)) $(if $(SET),--set "$(SET)")
 EXPERIMENTS = $(PY) -m allmem.report.targets run --jobs $(JOBS) $(TARGET_ARGS)
 SUMMARISE = $(VENV)/bin/allmem report --out $(OUT) $(TARGET_ARGS)
-PAPER_TARGETS := table1 table2 table3 table4 ablations fig3 fig4 fig5 fig6 tables figures paper
+PAPER_TARGETS := table1 table2 table3 table4 ablations ablations_hybrid fig3 fig4 fig5 fig6 tables figures paper
 # `make sweep`: any multirun of your own, summarised on its own.
 NAME ?= sweep
 ARGS ?=
@@ -63,6 +63,7 @@ table2: ## Table 2: cost: online write per turn, retrieval per query, ATC per ev
 table3: ## Table 3: ATC per operator: events, executed / skipped / no-op, tokens and latency per event
 table4: ## Table 4 (alias: ablations): gating off, ATC off, each operator off, expansion off, type priority off
 ablations: ## Same as table4
+ablations_hybrid: ## allmem_hybrid's retrieval signals off one at a time: R@5, N@5, F1 on the fit and held-out five
 fig3: ## Fig. 3: F1 and R@5 against generator input tokens over the (K, k, L) sweep, methods as points
 fig4: ## Fig. 4: sensitivity to theta and d_sigma (F1, R@5, visible surface, search time)
 fig5: ## Fig. 5: visible surface vs N at every checkpoint; Mem-Lat by stage; Stage 1 full bank vs visible vs N

@@ -82,3 +82,52 @@ def markdown_for(table: pd.DataFrame, extra: pd.DataFrame, runs: Sequence[Run]) 
                 for label in labels if label != REFERENCE]  # fmt: skip
         out.append(markdown(["Variant", *[metric_title(m) for m in metrics]], rows))
     return "\n\n".join(out)
+
+
+# ------------------------------------------------------------------ the retrieval ablations of allmem_hybrid
+HYBRID_REFERENCE = "allmem_hybrid"
+HYBRID_METRICS = ("R@5", "N@5", "f1")
+HYBRID_LABELS = {
+    "allmem_hybrid": "allmem_hybrid (every signal)",
+    "allmem_hybrid_nolex": "w/o lexical channel (dense only)",
+    "allmem_hybrid_nodense": "w/o dense channel (lexical only)",
+    "allmem_hybrid_noexpand": "w/o typed-link expansion",
+    "allmem_hybrid_nonbr": "w/o Stage 3 neighbour term",
+    "allmem_hybrid_nofill": "w/o budget filling (top K = 16)",
+    "allmem_hybrid_nodate": "w/o date-period boost",
+    "allmem_hybrid_nodf": "w/o frequent-word query filter",
+}
+
+
+def compute_hybrid(runs: Sequence[Run], fit: Sequence[str]) -> pd.DataFrame:
+    """R@5, N@5 and F1 with intervals and paired tests against allmem_hybrid, on the held-out and fit
+    conversations (``fit`` names the fit conversations) and on all of them."""
+    frames = {run.method: item_frame(run) for run in runs}
+    reference = HYBRID_REFERENCE if HYBRID_REFERENCE in frames else None
+    ids = set(fit)
+    parts = [compare(frames, HYBRID_METRICS, reference, subset="all", by_group=False)]
+    if ids:
+        for subset, keep in (("held-out", False), ("fit", True)):
+            sub = {k: f[f["dialogue_id"].isin(ids) == keep] for k, f in frames.items()}
+            parts.append(compare(sub, HYBRID_METRICS, reference, subset=subset, by_group=False))
+    return pd.concat(parts, ignore_index=True)
+
+
+def hybrid_markdown(table: pd.DataFrame) -> str:
+    labels = list(dict.fromkeys(table["label"]))
+    out = []
+    for subset in ("held-out", "fit", "all"):
+        part = table[table["subset"] == subset]
+        if part.empty or not int(part["n"].max() or 0):
+            continue
+        header = ["Variant", *[metric_title(m) for m in HYBRID_METRICS],
+                  *[f"Δ{metric_title(m)}" for m in HYBRID_METRICS]]  # fmt: skip
+        rows = [[f"{HYBRID_LABELS.get(lab, lab)} (`{lab}`)", *[cell(part, lab, m) for m in HYBRID_METRICS],
+                 *[cell(part, lab, m, what="delta") if lab != HYBRID_REFERENCE else "–" for m in HYBRID_METRICS]]
+                for lab in labels]  # fmt: skip
+        out += [
+            f"### {subset.capitalize()} conversations ({int(part['n'].max())} questions)",
+            markdown(header, rows),
+        ]
+    out.append(f"Δ: variant − `{HYBRID_REFERENCE}` on the same questions (points), paired p in parentheses.")
+    return "\n\n".join(out)

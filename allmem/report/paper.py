@@ -20,6 +20,7 @@ from allmem.report.frame import write_parquet
 from allmem.report.provenance import DATASET_TITLES, footer
 from allmem.report.runs import Run
 from allmem.report.targets import LME_SKIPPED, TARGETS, Point, collect, expand, experiments_of
+from benchmarks import fit_split
 
 log = logging.getLogger("allmem.report")
 Found = dict[str, dict[str, list[Point]]]
@@ -65,15 +66,16 @@ def _write(text: str, frame: pd.DataFrame | None, tables: Path, name: str) -> li
 # ------------------------------------------------------------------------------------------------ tables
 def render_table1(found: Found, tables: Path, figures: Path) -> list[Path]:
     sections, frames, runs_all = [f"# {TARGETS['table1'].title}"], [], []
+    experiments = TARGETS["table1"].experiments  # the methods, then the Stage 1 variants
     for ds in _datasets(found):
-        runs = _runs(found, "table1", ds)
+        runs = [r for e in experiments for r in _runs(found, e, ds)]
         if not runs:
             continue
         table = table1.compute(runs, ds)
         frames.append(table)
         runs_all += runs
         sections.append(table1.markdown_for(table, runs, ds))
-    notes = [_lme_note(found), *_missing(found, ["table1"]), table1.stats_note(),
+    notes = [_lme_note(found), *_missing(found, experiments), table1.stats_note(),
              "Context tokens: mean tokens of retrieved evidence packed into the generator context (o200k_base, "
              "after the matched budget)."]  # fmt: skip
     sections.append(footer(runs_all, "table1", notes))
@@ -131,6 +133,24 @@ def render_table4(found: Found, tables: Path, figures: Path) -> list[Path]:
     sections.append(footer(runs_all, "table4", notes))
     frame = pd.concat(frames, ignore_index=True) if frames else None
     return _write("\n\n".join(sections), frame, tables, "table4")
+
+
+def render_ablations_hybrid(found: Found, tables: Path, figures: Path) -> list[Path]:
+    sections, frames, runs_all = [f"# {TARGETS['ablations_hybrid'].title}"], [], []
+    for ds in _datasets(found):
+        runs = _runs(found, "ablations_hybrid", ds)
+        if runs:
+            fit = fit_split(ds) if ds == "locomo" else ()
+            t = ablations.compute_hybrid(runs, fit).assign(dataset=ds)
+            frames.append(t)
+            runs_all += runs
+            sections += [f"## {DATASET_TITLES.get(ds, ds)}", ablations.hybrid_markdown(t)]
+    notes = [_lme_note(found), *_missing(found, ["ablations_hybrid"]), table1.stats_note(),
+             "The fit conversations are those allmem_hybrid's values were chosen on (scripts/fit_retrieval.py); the "
+             "held-out rows are the honest ones."]  # fmt: skip
+    sections.append(footer(runs_all, "ablations_hybrid", notes))
+    frame = pd.concat(frames, ignore_index=True) if frames else None
+    return _write("\n\n".join(sections), frame, tables, "ablations_hybrid")
 
 
 # ------------------------------------------------------------------------------------------------ figures
@@ -209,6 +229,7 @@ RENDER: dict[str, Callable[[Found, Path, Path], list[Path]]] = {
     "table2": render_table2,
     "table3": render_table3,
     "table4": render_table4,
+    "ablations_hybrid": render_ablations_hybrid,
     "fig3": render_fig3,
     "fig4": render_fig4,
     "fig5": render_fig5,

@@ -36,8 +36,15 @@ def table_metrics(runs: Sequence[Run]) -> list[str]:
     return ["judge", "f1", "bleu1", "rougeL", "R@5", "N@5"]
 
 
+def row_name(run: Run) -> str:
+    """A run's row: its method, with the experiment named when it is not Table 1's own (the Stage 1 variants
+    run ``allmem_noatc`` under ``experiment=stage1_*``; the run label has the runner's naming rule)."""
+    extra = [p for p in run.label.split(",")[1:] if p.startswith("experiment=") and p != "experiment=table1"]
+    return ",".join([run.method, *extra])
+
+
 def frames_of(runs: Sequence[Run]) -> dict[str, pd.DataFrame]:
-    return {run.method: item_frame(run) for run in runs}
+    return {row_name(run): item_frame(run) for run in runs}
 
 
 def _subset(frames: dict[str, pd.DataFrame], dialogues: Sequence[str], keep: bool) -> dict[str, pd.DataFrame]:

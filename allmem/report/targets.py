@@ -38,6 +38,11 @@ LME_SKIPPED = (
 )
 
 
+# All-Mem (no consolidation) with Stage 1 scored by BM25 or BM25 + dense: single-point experiments whose rows
+# Table 1 shows beside the methods of configs/experiment/table1.yaml.
+STAGE1_VARIANTS = ("stage1_bm25", "stage1_hybrid")
+
+
 @dataclass(frozen=True)
 class Target:
     name: str
@@ -48,10 +53,11 @@ class Target:
 TARGETS: dict[str, Target] = {
     t.name: t
     for t in (
-        Target("table1", ("table1",), "Table 1: main results"),
+        Target("table1", ("table1", *STAGE1_VARIANTS), "Table 1: main results"),
         Target("table2", ("table1",), "Table 2: cost"),
         Target("table3", ("table1",), "Table 3: ATC per operator"),
         Target("table4", ("ablations",), "Table 4: ablations"),
+        Target("ablations_hybrid", ("ablations_hybrid",), "Retrieval ablations of allmem_hybrid"),
         Target("fig3", ("table1", "fig3", "fig3_anchors"), "Fig. 3: accuracy against generator input tokens"),
         Target("fig4", ("fig4_theta", "fig4_dsigma"), "Fig. 4: sensitivity to theta and d_sigma"),
         Target("fig5", ("fig5", "fig4_theta"), "Fig. 5: visible surface and Mem-Lat"),
@@ -60,12 +66,13 @@ TARGETS: dict[str, Target] = {
 }
 ALIASES = {"ablations": ("table4",)}
 GROUPS = {
-    "tables": ("table1", "table2", "table3", "table4"),
+    "tables": ("table1", "table2", "table3", "table4", "ablations_hybrid"),
     "figures": ("fig3", "fig4", "fig5", "fig6"),
-    "paper": ("table1", "table2", "table3", "table4", "fig3", "fig4", "fig5", "fig6"),
+    "paper": ("table1", "table2", "table3", "table4", "ablations_hybrid", "fig3", "fig4", "fig5", "fig6"),
 }
 # Experiments run in this order: table1 first, so the sweeps find its ingested banks; cheap ones before fig3.
-ORDER = ("table1", "ablations", "fig4_theta", "fig4_dsigma", "fig3", "fig3_anchors", "fig5")
+ORDER = ("table1", *STAGE1_VARIANTS, "ablations", "ablations_hybrid", "fig4_theta", "fig4_dsigma", "fig3",
+         "fig3_anchors", "fig5")  # fmt: skip
 
 
 def expand(names: Sequence[str]) -> list[str]:
@@ -114,7 +121,8 @@ def sweep_points(experiment: str, use_cache: bool = True) -> tuple[tuple[str, ..
     params = cache.data.get(key) if cache is not None else None
     if params is None:
         cfg = _compose([f"+experiment={experiment}"], hydra_config=True)
-        params = OmegaConf.to_container(cfg.hydra.sweeper.params or {}, resolve=False)
+        node = cfg.hydra.sweeper.params
+        params = {} if node is None else OmegaConf.to_container(node, resolve=False)  # none: a single point
         if cache is not None:
             cache.data[key], cache.dirty = params, True
             cache.save()
