@@ -74,7 +74,9 @@ def test_table2_cost_by_hand(table1_root, tmp_path):
     assert cost.loc["allmem", "atc_s_per_turn"] == pytest.approx(4 * 0.5 / 20)
     assert cost.loc["allmem", "write_tokens_per_turn"] == pytest.approx(120 / 20)
     assert pd.isna(cost.loc["bm25", "usd"])  # offline: never priced
-    t3 = pd.read_csv(tmp_path / "tables" / "table3.csv").set_index("stage")
+    t3 = pd.read_csv(tmp_path / "tables" / "table3.csv")
+    assert set(t3["method"]) == {"allmem", "allmem_hybrid"}  # the methods that consolidate
+    t3 = t3[t3["method"] == "allmem"].set_index("stage")
     assert t3.loc["merge", "events"] == 4 and t3.loc["merge", "executed"] == 4
     assert t3.loc["split", "noop"] == 4 and t3.loc["split", "tokens_per_event"] == pytest.approx(30)
     assert t3.loc["diagnosis", "events"] == 4 * 5
@@ -100,9 +102,12 @@ def test_figures_and_parquet(tmp_path):
 
 
 def test_targets_registry_expands_groups_and_orders_experiments():
-    assert expand(["paper"]) == ["table1", "table2", "table3", "table4", "fig3", "fig4", "fig5", "fig6"]
+    assert expand(["paper"]) == [
+        "table1", "table2", "table3", "table4", "ablations_hybrid", "fig3", "fig4", "fig5", "fig6"
+    ]  # fmt: skip
     assert expand(["ablations"]) == ["table4"]
     assert experiments_of(["fig3"]) == ["table1", "fig3", "fig3_anchors"]
+    assert experiments_of(["table1"]) == ["table1", "stage1_bm25", "stage1_hybrid"]
     with pytest.raises(SystemExit, match="unknown target"):
         expand(["table9"])
 
@@ -147,3 +152,37 @@ def test_driver_launches_only_incomplete_experiments(tmp_path, capsys):
         and "hydra/launcher=local hydra.launcher.n_jobs=3" in out
     )
     assert LME_SKIPPED in out
+
+
+def test_table1_shows_the_stage1_variants_by_experiment(table1_root, tmp_path):
+    """stage1_bm25 runs allmem_noatc: its row is named by the experiment, beside table1's own allmem_noatc."""
+    root = tmp_path / "runs"
+    write_experiment(root, "table1", lambda label, i: label == "method=allmem_noatc")
+    write_experiment(root, "stage1_bm25", lambda label, i: i < 2)
+    summarise(["table1"], root, tmp_path / "out")
+    frame = pd.read_csv(tmp_path / "out" / "tables" / "table1.csv")
+    f1 = frame[(frame.metric == "f1") & (frame.group == "overall") & (frame.subset == "all")].set_index(
+        "label"
+    )
+    assert f1.loc["allmem_noatc", "mean"] == 100.0
+    assert f1.loc["allmem_noatc,experiment=stage1_bm25", "mean"] == 25.0  # 2 of 8
+    text = (tmp_path / "out" / "tables" / "table1.md").read_text()
+    assert "in stage1_hybrid on locomo: (defaults)" in text  # not run: named as missing
+
+
+def test_ablations_hybrid_by_hand(tmp_path):
+    """allmem_hybrid answers all 8; w/o lexical only the fit conversation's 4 (conv-26), the others nothing."""
+    root = tmp_path / "runs"
+    rules = {"method=allmem_hybrid": lambda i: True, "method=allmem_hybrid_nolex": lambda i: i < 4}
+    write_experiment(root, "ablations_hybrid", lambda label, i: rules.get(label, lambda i: False)(i))
+    summarise(["ablations_hybrid"], root, tmp_path / "out")
+    frame = pd.read_csv(tmp_path / "out" / "tables" / "ablations_hybrid.csv")
+    nolex = frame[(frame.label == "allmem_hybrid_nolex") & (frame.metric == "R@5")].set_index("subset")
+    assert nolex.loc["fit", "mean"] == 100.0 and nolex.loc["fit", "delta"] == 0.0
+    assert nolex.loc["held-out", "mean"] == 0.0 and nolex.loc["held-out", "delta"] == -100.0
+    assert nolex.loc["all", "mean"] == 50.0 and nolex.loc["held-out", "n"] == 4
+    # four -1 differences on the held-out five: exact sign-flip p = 2 / 2^4
+    assert nolex.loc["held-out", "p"] == pytest.approx(0.125)
+    text = (tmp_path / "out" / "tables" / "ablations_hybrid.md").read_text()
+    assert text.index("### Held-out") < text.index("### Fit") < text.index("### All")
+    assert "w/o lexical channel" in text and "offline backend" in text
