@@ -7,11 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
+from fakes import T0, make_turns
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
-from test_memory_fakes import T0, HashEmbedder, make_turns
 
 from allmem import rundir
+from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
 from allmem.memory.system import AllMem
 from allmem.runner import run
