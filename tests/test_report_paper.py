@@ -186,3 +186,12 @@ def test_ablations_hybrid_by_hand(tmp_path):
     text = (tmp_path / "out" / "tables" / "ablations_hybrid.md").read_text()
     assert text.index("### Held-out") < text.index("### Fit") < text.index("### All")
     assert "w/o lexical channel" in text and "offline backend" in text
+
+
+def test_table1_names_a_shared_run_by_its_own_experiment(tmp_path):
+    """A run made by another experiment with the same config (here ablations' All-Mem) is Table 1's `allmem`."""
+    root = tmp_path / "runs"
+    write_run(root, ["+experiment=ablations", "dataset=locomo", "method=allmem"], lambda i: True)
+    summarise(["table1"], root, tmp_path / "out")
+    frame = pd.read_csv(tmp_path / "out" / "tables" / "table1.csv")
+    assert set(frame["label"]) == {"allmem"}

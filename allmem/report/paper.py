@@ -68,10 +68,11 @@ def render_table1(found: Found, tables: Path, figures: Path) -> list[Path]:
     sections, frames, runs_all = [f"# {TARGETS['table1'].title}"], [], []
     experiments = TARGETS["table1"].experiments  # the methods, then the Stage 1 variants
     for ds in _datasets(found):
-        runs = [r for e in experiments for r in _runs(found, e, ds)]
-        if not runs:
+        named = [(r, table1.row_name(r, e)) for e in experiments for r in _runs(found, e, ds)]
+        if not named:
             continue
-        table = table1.compute(runs, ds)
+        runs = [r for r, _ in named]
+        table = table1.compute(runs, ds, [name for _, name in named])
         frames.append(table)
         runs_all += runs
         sections.append(table1.markdown_for(table, runs, ds))

@@ -36,15 +36,16 @@ def table_metrics(runs: Sequence[Run]) -> list[str]:
     return ["judge", "f1", "bleu1", "rougeL", "R@5", "N@5"]
 
 
-def row_name(run: Run) -> str:
+def row_name(run: Run, experiment: str = "table1") -> str:
     """A run's row: its method, with the experiment named when it is not Table 1's own (the Stage 1 variants
-    run ``allmem_noatc`` under ``experiment=stage1_*``; the run label has the runner's naming rule)."""
-    extra = [p for p in run.label.split(",")[1:] if p.startswith("experiment=") and p != "experiment=table1"]
-    return ",".join([run.method, *extra])
+    run ``allmem_noatc`` under ``experiment=stage1_*``). Named by the experiment that asks for the run, not by
+    the run's own label: one run serves every experiment with its config, under whichever name made it first."""
+    return run.method if experiment == "table1" else f"{run.method},experiment={experiment}"
 
 
-def frames_of(runs: Sequence[Run]) -> dict[str, pd.DataFrame]:
-    return {row_name(run): item_frame(run) for run in runs}
+def frames_of(runs: Sequence[Run], names: Sequence[str] | None = None) -> dict[str, pd.DataFrame]:
+    names = names or [run.method for run in runs]
+    return {name: item_frame(run) for name, run in zip(names, runs, strict=True)}
 
 
 def _subset(frames: dict[str, pd.DataFrame], dialogues: Sequence[str], keep: bool) -> dict[str, pd.DataFrame]:
@@ -52,9 +53,10 @@ def _subset(frames: dict[str, pd.DataFrame], dialogues: Sequence[str], keep: boo
     return {k: f[f["dialogue_id"].isin(ids) == keep] for k, f in frames.items()}
 
 
-def compute(runs: Sequence[Run], dataset: str) -> pd.DataFrame:
-    """The long frame of Table 1 for one dataset: subsets all (and fit / held-out on LoCoMo)."""
-    frames = frames_of(runs)
+def compute(runs: Sequence[Run], dataset: str, names: Sequence[str] | None = None) -> pd.DataFrame:
+    """The long frame of Table 1 for one dataset: subsets all (and fit / held-out on LoCoMo); ``names``: the
+    row of each run (default: its method)."""
+    frames = frames_of(runs, names)
     metrics = table_metrics(runs)
     reference = REFERENCE if REFERENCE in frames else None
     parts = [compare(frames, metrics, reference, subset="all")]
