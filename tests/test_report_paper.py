@@ -195,3 +195,21 @@ def test_table1_names_a_shared_run_by_its_own_experiment(tmp_path):
     summarise(["table1"], root, tmp_path / "out")
     frame = pd.read_csv(tmp_path / "out" / "tables" / "table1.csv")
     assert set(frame["label"]) == {"allmem"}
+
+
+def test_item_cache_never_stores_records_other_than_the_bytes_hashed(tmp_path, monkeypatch):
+    """Scores of a file that changed between hashing and reading are used once, not cached under the digest."""
+    from allmem.report import items
+    from allmem.report.runs import find_runs
+
+    rule, tokens = (
+        (lambda i: i in (2, 5, 7)),
+        (lambda i: 123 + i),
+    )  # content no other test writes: not cached yet
+    write_run(tmp_path, ["+experiment=table1", "dataset=locomo", "method=bm25"], rule, tokens)
+    run = find_runs(tmp_path)[0]
+    half = run.records()[:4]
+    monkeypatch.setattr(type(run), "records", lambda self: half)  # what a reader racing a rewrite would see
+    assert len(items.item_frame(run)) == 4
+    monkeypatch.undo()
+    assert len(items.item_frame(find_runs(tmp_path)[0])) == N_Q  # rescored from the file, not the torn read

@@ -65,7 +65,8 @@ def item_frame(run: Run, use_cache: bool = True) -> pd.DataFrame:
     path = run.path / rundir.PREDICTIONS
     if not use_cache:
         return _score(run)
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:24]
+    data = path.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()[:24]
     proto = run.protocol
     key = f"{digest}-{proto.name}-{'_'.join(map(str, proto.ks))}-{_metrics_fingerprint()}"
     cached = cache_dir() / "report" / "items" / f"{key}.parquet"
@@ -75,6 +76,11 @@ def item_frame(run: Run, use_cache: bool = True) -> pd.DataFrame:
         except (OSError, ValueError) as exc:  # a torn cache file is rescored, never trusted
             log.warning("%s: unreadable cache (%s); rescoring", cached, exc)
     frame = _score(run)
+    if len(frame) != sum(1 for line in data.splitlines() if line.strip()):
+        # The records scored are not the bytes hashed (the file changed between the reads: a run directory
+        # replaced while a report read it): the frame is used once but never cached under that digest.
+        log.warning("%s changed while it was read; its scores are not cached", path)
+        return frame
     cached.parent.mkdir(parents=True, exist_ok=True)
     tmp = cached.with_suffix(f".tmp{id(frame)}")
     frame.to_parquet(tmp, index=False)
