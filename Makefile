@@ -9,28 +9,34 @@ export TRANSFORMERS_OFFLINE := 1
 export WANDB_MODE ?= disabled
 export TOKENIZERS_PARALLELISM := false
 
-# Methods run by `make reproduce` on the full LoCoMo (offline backend); the slowest first, so that the last
-# jobs of the parallel sweep are short ones (the tables sort rows themselves).
-METHODS ?= amem,hipporag,mem0,lightmem,memgpt,allmem,allmem_hybrid,allmem_noatc,naive_rag,hybrid_rag,full_history,bm25,bm25_okapi
-# All-Mem (no consolidation) with the other Stage 1 scorers, next to BM25 and Naive RAG.
-STAGE1 ?= stage1_bm25,stage1_hybrid
-REPRO_DIR ?= results/runs/reproduce
-# `make reproduce` runs naive_rag alone first: it embeds every turn and question into the shared embedding cache
-# (.cache/embeddings), so the methods after it, JOBS at a time (hydra-joblib-launcher, one torch thread each), never
-# embed the same text twice. JOBS=1 runs them one after another.
-WARM ?= naive_rag
-JOBS ?= 2
-PARALLEL := hydra/launcher=joblib hydra.launcher.n_jobs=$(JOBS)
 # torch's CPU build (the CUDA build that plain PyPI serves is several GB): pip looks in TORCH_INDEX too, and
 # the CPU wheels there (2.13.0+cpu) win. Where pip already finds a local CPU wheel, the index may be unreachable:
 # one quick warning. TORCH_INDEX= (empty) installs whatever PyPI serves, e.g. for a CUDA machine.
 TORCH ?= torch==2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: help setup test test-fast reproduce lint format table clean bench
+# Paper targets (README, "Tables, figures and sweeps"). Each runs its experiments: one Hydra multirun per file in
+# configs/experiment/ (the compared methods and sweep grids live there, nowhere else), complete runs skipped; then
+# a separate summarise step reads the run directories into results/tables (Markdown, CSV) and results/figures
+# (PNG, PDF). Which experiments a target needs: allmem/report/targets.py.
+RUNS ?= results/runs/paper
+JOBS ?= 2
+LME ?=
+SET ?=
+OUT ?= results
+TARGET_ARGS = --runs $(RUNS) $(if $(LME),--lme $(LME)) $(if $(SET),--set "$(SET)")
+EXPERIMENTS = $(PY) -m allmem.report.targets run --jobs $(JOBS) $(TARGET_ARGS)
+SUMMARISE = $(VENV)/bin/allmem report --out $(OUT) $(TARGET_ARGS)
+PAPER_TARGETS := table1 table2 table3 table4 ablations ablations_hybrid fig3 fig4 fig5 fig6 tables figures paper
+# `make sweep`: any multirun of your own, summarised on its own.
+NAME ?= sweep
+ARGS ?=
+
+.PHONY: help setup test test-fast reproduce lint format clean bench sweep $(PAPER_TARGETS)
 
 help: ## List the targets
-	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-12s %s\n", $$1, $$2}'
+	@echo "  Variables: RUNS=$(RUNS) JOBS=$(JOBS) OUT=$(OUT) LME=<file> SET=<extra overrides> (paper targets)"
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PY_SYS) -m venv $(VENV)
@@ -47,11 +53,33 @@ test: $(STAMP) ## Run the whole test suite (offline; what CI runs)
 test-fast: $(STAMP) ## The suite without the tests marked slow (real LoCoMo, real embedding model)
 	$(PY) -m pytest tests -m "not slow"
 
-reproduce: $(STAMP) ## Run every method on the full LoCoMo (offline backend) and print the results tables
-	$(VENV)/bin/allmem run dataset=locomo method=$(WARM) run.root=$(REPRO_DIR)
-	$(VENV)/bin/allmem run -m dataset=locomo method=$(METHODS) run.root=$(REPRO_DIR) $(PARALLEL)
-	$(VENV)/bin/allmem run -m dataset=locomo +experiment=$(STAGE1) run.root=$(REPRO_DIR) $(PARALLEL)
-	$(VENV)/bin/allmem report $(REPRO_DIR) --out results/tables/locomo_offline.md --figures results/figures
+reproduce: $(STAMP) ## Table 1 on the full LoCoMo (every method, offline backend), with its cost tables; prints it
+	$(EXPERIMENTS) table1
+	$(SUMMARISE) table1 table2 table3
+	@cat $(OUT)/tables/table1.md
+
+table1: ## Table 1: methods x datasets x (4o-J, F1, BLEU-1, ROUGE-L, R@5, N@5), 95% CIs, paired tests, per category
+table2: ## Table 2: cost: online write per turn, retrieval per query, ATC per event and amortised per turn
+table3: ## Table 3: ATC per operator: events, executed / skipped / no-op, tokens and latency per event
+table4: ## Table 4 (alias: ablations): gating off, ATC off, each operator off, expansion off, type priority off
+ablations: ## Same as table4
+ablations_hybrid: ## allmem_hybrid's retrieval signals off one at a time: R@5, N@5, F1 on the fit and held-out five
+fig3: ## Fig. 3: F1 and R@5 against generator input tokens over the (K, k, L) sweep, methods as points
+fig4: ## Fig. 4: sensitivity to theta and d_sigma (F1, R@5, visible surface, search time)
+fig5: ## Fig. 5: visible surface vs N at every checkpoint; Mem-Lat by stage; Stage 1 full bank vs visible vs N
+fig6: ## Fig. 6: recoverability: share of archived units within H hops
+tables: ## Tables 1-4
+figures: ## Figures 3-6
+paper: ## Every table and figure (LME=path/to/longmemeval_s_cleaned.json adds LongMemEval-s; JOBS=2 jobs)
+$(PAPER_TARGETS): $(STAMP)
+	$(EXPERIMENTS) $@
+	$(SUMMARISE) $@
+
+sweep: $(STAMP) ## Any Hydra multirun, e.g. make sweep NAME=K ARGS="method=allmem method.retrieval.K=4,8,16"
+	@test -n "$(ARGS)" || { echo 'make sweep: give the sweep, e.g. ARGS="method=allmem method.retrieval.K=4,8,16"'; exit 2; }
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(VENV)/bin/allmem run -m $(ARGS) run.root=results/runs/sweeps/$(NAME) \
+		run.bank_cache=.cache/banks run.progress=false hydra/launcher=local hydra.launcher.n_jobs=$(JOBS)
+	$(VENV)/bin/allmem report sweep --runs results/runs/sweeps/$(NAME) --out results/sweeps/$(NAME)
 
 bench: $(STAMP) ## Mem-Lat: allmem vs allmem_hybrid on LoCoMo; exact vs approximate search and BM25 up to 10^6 units
 	$(PY) scripts/bench_latency.py

@@ -41,6 +41,7 @@ NOT_IDENTITY: tuple[str, ...] = (
     "dataset.path", "dataset.fit_dialogues", "embedder.cache_dir",
     "llm.timeout_s", "llm.connect_timeout_s", "llm.max_retries", "llm.backoff_base_s", "llm.backoff_max_s",
     "llm.max_concurrency", "llm.rpm", "llm.tpm", "llm.breaker_after", "llm.cache", "llm.prices", "llm.api_key_env",
+    "run.bank_cache", "method.bank_cache",  # where All-Mem keeps re-usable banks (a re-used bank answers the same)
 )  # fmt: skip
 # Override keys the path already shows (``<dataset>/<method>...``): not repeated in the name.
 _IN_PATH = ("dataset", "method")
@@ -95,7 +96,7 @@ def override_dirname(overrides: Iterable[str]) -> str:
     lines = []
     for o in OverridesParser.create().parse_overrides(list(overrides)):
         key = o.key_or_group
-        if _matches(key, NOT_IDENTITY) or key in _IN_PATH:
+        if _matches(key, NOT_IDENTITY) or key in _IN_PATH or key.startswith("hydra/"):  # hydra/launcher=...
             continue
         line = o.input_line or ""
         lines.append(line.lstrip("+").replace(os.sep, "_").replace("\0", ""))
@@ -132,6 +133,18 @@ def resolve(cfg: DictConfig, overrides: Iterable[str] = (), data: str | None = N
 
 def is_complete(run_dir: Path) -> bool:
     return (run_dir / DONE).exists()
+
+
+def complete_twin(run_dir: Path) -> Path | None:
+    """A complete run beside ``run_dir`` with the same hash: the same config and data reached through other
+    overrides (a sweep value equal to the default, another experiment file naming the same point), so the run
+    need not be made again. None for a ``run.name`` directory (it carries no hash)."""
+    label, _, digest = run_dir.name.rpartition("-")
+    if not label or len(digest) != 10 or any(c not in "0123456789abcdef" for c in digest):
+        return None
+    for done in sorted(run_dir.parent.glob(f"*-{digest}/{DONE}")):
+        return done.parent
+    return None
 
 
 def write_atomic(path: Path, text: str) -> None:

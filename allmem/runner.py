@@ -32,6 +32,7 @@ from allmem.errors import ConfigError, RunFailed
 from allmem.metrics import score_records
 from allmem.metrics.protocols import Protocol
 from allmem.metrics.retrieval import rank_source_ids
+from allmem.report.wandb_log import log_run
 from allmem.systems import MemorySystem, Resources
 from allmem.types import AnswerInfo, AnswerRequest, Dialogue, Prediction, Question
 from benchmarks import load_dataset
@@ -169,6 +170,12 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
         log.info("complete run found, skipping: %s", run_dir)
         print(f"[allmem] skip (complete): {run_dir}")
         return run_dir
+    twin = None if cfg.run.get("name") else rundir.complete_twin(run_dir)
+    if (
+        twin is not None
+    ):  # the same config and data under another name (e.g. a sweep point equal to the default)
+        print(f"[allmem] skip (complete, same config): {twin}")
+        return twin
     t_start = time.perf_counter()
     # Everything that can fail on input or config fails here, before the run directory exists.
     preflight.check_config(cfg)
@@ -224,7 +231,7 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
         metrics["system"] = _system_summary(rundir.read_jsonl(run_dir / rundir.SYSTEM_STATS))
         metrics["wall_s_last_session"] = time.perf_counter() - t_start
         rundir.write_json(run_dir / rundir.METRICS, metrics)
-        _log_wandb(cfg, metrics)
+        log_run(cfg, run_dir, metrics)  # Weights & Biases, when wandb.enabled (allmem/report/wandb_log.py)
         rundir.write_atomic(run_dir / rundir.DONE, "complete\n")
     print(f"[allmem] done: {run_dir}")
     return run_dir
@@ -407,17 +414,3 @@ def _system_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for row in rows:
         by_dialogue[row["dialogue_id"]] = row
     return {"per_dialogue": by_dialogue}
-
-
-def _log_wandb(cfg: DictConfig, metrics: dict[str, Any]) -> None:
-    if not cfg.wandb.enabled:
-        return
-    import wandb
-
-    run = wandb.init(
-        project=str(cfg.wandb.project), mode=str(cfg.wandb.mode),
-        config=OmegaConf.to_container(cfg, resolve=True),  # type: ignore[arg-type]
-    )  # fmt: skip
-    flat = {k: v for k, v in metrics.get("overall", {}).items() if isinstance(v, int | float)}
-    run.log(flat)
-    run.finish()

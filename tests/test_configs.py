@@ -125,6 +125,12 @@ def _sets_what_it_says(path: Path, cfg: DictConfig) -> None:
     assert isinstance(own, dict)
     own.pop("defaults", None)
     composed = _leaves(OmegaConf.to_container(cfg, resolve=False))
+    if "hydra" in own:  # an experiment's sweep lives in the Hydra node, which only a hydra-config compose has
+        with_hydra = _compose([f"+{path.parent.name}={path.stem}"], hydra_node=True)
+        composed |= {
+            f"hydra.{k}": v
+            for k, v in _leaves(OmegaConf.to_container(with_hydra.hydra, resolve=False)).items()
+        }
     expected = _leaves(own)
     assert expected, f"{path} changes nothing"
     for key, value in expected.items():

@@ -30,6 +30,7 @@ GENERATED = (
     "results/figures",
     "results/debug",
     "results/.hydra",
+    "results/tables/per_question.parquet",  # written by every summarise step, holds LoCoMo's text: not committed
     ".cache",
     "configs/local",
 )

@@ -34,6 +34,7 @@ def _resources(tmp_path: Path) -> Resources:
 def _method_cfg(**atc: Any) -> dict[str, Any]:
     cfg = OmegaConf.to_container(OmegaConf.load(CONFIGS / "method" / "allmem.yaml").method)
     cfg.pop("_target_"), cfg.pop("name")
+    cfg.pop("bank_cache"), cfg.pop("probe")  # interpolated from run.* (paper targets); off here
     cfg["atc"] = {"enabled": False, "every_sessions": 3} | atc
     return cfg
 

@@ -5,6 +5,8 @@ Consolidation lives in ``allmem.memory.atc``: when ``atc.enabled`` the system bu
 ``build_consolidator(bank=, llm=, embedder=, cfg=<atc node>, run_dir=)`` for each dialogue and calls
 ``on_write(uid)`` after every online write, ``on_turn_end()`` after each turn, ``on_session_end()``,
 ``on_stream_end()``; the consolidator decides when to run. Its ``stats()`` are merged into ours under ``atc_``.
+With ``bank_cache`` set, a dialogue's final bank is stored and re-used by runs whose ingestion is identical
+(``allmem.memory.bank_cache``): the stream is matched event by event before anything is skipped.
 """
 
 from __future__ import annotations
@@ -13,12 +15,15 @@ import inspect
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from allmem.memory.bank import MemoryBank
+from allmem.memory.bank_cache import BankCache, Expectation, event_digest, ingest_key
 from allmem.memory.persist import load_bank, save_bank
+from allmem.memory.probe import ProbeConfig, stage1_probe
 from allmem.memory.recover import recoverability
 from allmem.memory.retrieve import RetrievalConfig, Retriever
 from allmem.memory.write import OnlineWriter, WriteConfig
@@ -51,6 +56,17 @@ def _atc_factory(enabled: bool) -> Any:
     return build_consolidator
 
 
+def _delta(now: Mapping[str, Any], before: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """LLM tokens, calls and latency per phase spent between two ledger snapshots (this dialogue's ingestion)."""
+    out = {}
+    for phase, t in now.items():
+        b = before.get(phase) or {}
+        d = {k: t.get(k, 0) - b.get(k, 0) for k in ("calls", "tokens_in", "tokens_out", "latency_ms")}
+        if any(d.values()):
+            out[phase] = d
+    return out
+
+
 class AllMem(MemorySystem):
     """All-Mem: visible-surface anchoring, typed-link expansion, re-ranking; ATC through a hook."""
 
@@ -66,6 +82,8 @@ class AllMem(MemorySystem):
         atc: Mapping[str, Any] | None = None,
         recover_mode: str = "directed",
         save_banks: bool = False,
+        bank_cache: str | Path | None = None,
+        probe: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(resources)
         links_cfg = _plain(links)
@@ -80,6 +98,7 @@ class AllMem(MemorySystem):
         self.atc_enabled = bool(self.atc_cfg.get("enabled", False))
         self.recover_mode = recover_mode
         self.save_banks = save_banks
+        self.probe_cfg = ProbeConfig.from_dict(_plain(probe))
         if self.resources.embedder is None:
             raise ValueError("AllMem needs resources.embedder (allmem.embed.Embedder)")
         self.dialogue_id = ""
@@ -87,11 +106,30 @@ class AllMem(MemorySystem):
         self.consolidator: Any = None
         self._retriever: Retriever | None = None
         self._turns_since_flush = 0
+        self.bank_cache = BankCache(bank_cache, self._ingest_key()) if bank_cache else None
+        self._expect: Expectation | None = None
+        self._stream: list[str] = []
+        self._ingest_s = 0.0
+        self._reused: dict[str, Any] | None = None
+
+    def _ingest_key(self) -> str:
+        """Everything that shapes the bank a stream leaves behind (retrieval and vector settings do not)."""
+        settings = {
+            "d_sigma": self.d_sigma,
+            "write": asdict(self.write_cfg),
+            "atc": self.atc_cfg,
+            "recover_mode": self.recover_mode,
+            "probe": asdict(self.probe_cfg),
+        }
+        return ingest_key(settings, self.resources.llm, self.resources.embedder)
 
     # ------------------------------------------------------------------ lifecycle
     def reset(self, dialogue_id: str) -> None:
         self.dialogue_id = dialogue_id
         self._attach(MemoryBank(dim=int(self.resources.embedder.dim), d_sigma=self.d_sigma))
+        self._stream, self._ingest_s, self._reused, self._probed = [], 0.0, None, 0
+        self._calls0 = self._llm_totals()
+        self._expect = self.bank_cache.expect(dialogue_id) if self.bank_cache is not None else None
 
     def _attach(self, bank: MemoryBank, last_id: str | None = None) -> None:
         self.bank = bank
@@ -124,24 +162,106 @@ class AllMem(MemorySystem):
             self.consolidator.on_write(uid)
             self.consolidator.on_turn_end()
 
+    # ------------------------------------------------------------------ stream (with the optional bank cache)
+    def _held(self, kind: str, payload: Any) -> bool:
+        """Record the event; True when it matches the cached stream and is held back instead of processed."""
+        if self.bank_cache is None:
+            return False
+        digest = event_digest(kind, payload)
+        self._stream.append(digest)
+        if self._expect is None:
+            return False
+        if self._expect.feed(kind, payload, digest):
+            return True
+        held, self._expect = self._expect.held, None
+        log.info(
+            "bank cache: %s differs from the cached stream at event %d; ingesting",
+            self.dialogue_id,
+            len(held),
+        )
+        for k, p in held:  # what was held back is written now, in order, then the stream goes on normally
+            self._process(k, p)
+        return False
+
+    def _process(self, kind: str, payload: Any) -> None:
+        t0 = time.perf_counter()
+        if kind == "turn":
+            self.writer.add(payload)
+        elif kind == "end_session":
+            self.writer.flush()
+            if self.consolidator is not None:
+                self.consolidator.on_session_end()
+        self._ingest_s += time.perf_counter() - t0
+        self._maybe_probe()
+
+    def _maybe_probe(self) -> None:
+        """After each consolidation run, when ``probe.queries`` > 0: Stage 1 timed on both surfaces (fig. 5c)."""
+        c = self.consolidator
+        if c is None or not self.probe_cfg.queries or c.runs == self._probed or self.bank is None:
+            return
+        self._probed = c.runs
+        result = stage1_probe(self.bank, self.probe_cfg, self.vector_cfg)
+        c.log.write({"kind": "probe", "dialogue": self.dialogue_id, "run": c.runs, "turn": c.turns} | result)
+
+    def start_session(self, session: SessionInfo) -> None:
+        self._held("start_session", session)
+
     def ingest(self, turn: Turn) -> None:
         if self.bank is None:
             self.reset(turn.session_id)
-        self.writer.add(turn)
+        if not self._held("turn", turn):
+            self._process("turn", turn)
 
     def end_session(self, session: SessionInfo) -> None:
-        self.writer.flush()
-        if self.consolidator is not None:
-            self.consolidator.on_session_end()
+        if not self._held("end_session", session):
+            self._process("end_session", session)
 
     def end_stream(self) -> None:
-        self.writer.flush()
-        if self.consolidator is not None:
-            self.consolidator.on_stream_end()
+        if self._expect is not None and self._expect.complete:
+            self._load_cached(self._expect.path)
+        else:
+            if self._expect is not None:  # the stream ended early: write what was held back
+                held, self._expect = self._expect.held, None
+                for k, p in held:
+                    self._process(k, p)
+            t0 = time.perf_counter()
+            self.writer.flush()
+            if self.consolidator is not None:
+                self.consolidator.on_stream_end()
+            self._ingest_s += time.perf_counter() - t0
+            self._maybe_probe()
+            if self.bank_cache is not None and self.bank is not None:
+                events = self.consolidator.log.events if self.consolidator is not None else []
+                calls = _delta(self._llm_totals(), self._calls0)
+                self.bank_cache.store(
+                    self.dialogue_id, self.save, self._stream, self.stats(), events, self._ingest_s, calls
+                )
         if self.retriever is not None:
             self.retriever.sync()  # index upkeep now, not in the first query's latency
         if self.save_banks and self.resources.run_dir is not None and self.bank is not None:
             self.save(Path(self.resources.run_dir) / "banks" / self.dialogue_id)
+
+    def _llm_totals(self) -> dict[str, Any]:
+        llm = self.resources.llm
+        return llm.totals() if llm is not None and hasattr(llm, "totals") else {}
+
+    def _load_cached(self, path: Path) -> None:
+        """Use the cached bank; its ATC events are copied into this run's events file, marked as reused."""
+        assert self.bank_cache is not None
+        entry, events = BankCache.read(path)
+        self.load(path / "bank")
+        self._expect = None
+        self._reused = {
+            "hit": True,
+            "key": self.bank_cache.key,
+            "ingest_s": entry.get("ingest_s"),
+            "calls": entry.get("calls", {}),
+            "stats": entry.get("stats", {}),
+        }
+        if self.consolidator is not None:
+            for ev in events:
+                self.consolidator.log.write(ev | {"reused": True})
+        log.info("bank cache: %s loaded from %s", self.dialogue_id, path)
 
     # ------------------------------------------------------------------ retrieval
     @property
@@ -179,6 +299,9 @@ class AllMem(MemorySystem):
     def stats(self) -> dict[str, Any]:
         if self.bank is None:
             return {}
+        if self._reused is not None:  # the stats of the run that built this bank, marked as re-used
+            cache = {k: v for k, v in self._reused.items() if k != "stats"}
+            return dict(self._reused["stats"]) | {"bank_cache": cache}
         t0 = time.perf_counter()
         units = self.bank.units()
         n_links: dict[str, int] = {}
@@ -199,5 +322,7 @@ class AllMem(MemorySystem):
         if self.consolidator is not None:
             for k, v in dict(self.consolidator.stats()).items():
                 out[k if k.startswith("atc") else f"atc_{k}"] = v
+        if self.bank_cache is not None:
+            out["bank_cache"] = {"hit": False, "key": self.bank_cache.key}
         out["stats_ms"] = round(1000 * (time.perf_counter() - t0), 3)
         return out

@@ -1,15 +1,23 @@
-"""``allmem report DIR``: the results tables, read only from the complete run directories under DIR."""
+"""``allmem report``: tables and figures, read only from complete run directories.
+
+allmem report table1 fig3 --runs results/runs/paper --out results   # paper targets (and groups: tables,
+                                                                    # figures, paper); --lme PATH adds
+                                                                    # LongMemEval-s
+allmem report sweep --runs results/runs/sweeps/NAME --out results/sweeps/NAME   # any multirun
+allmem report DIR [--out FILE] [--figures DIR]                      # overview of every run under DIR
+"""
 
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
-
-from allmem.report.atc import atc_sections
-from allmem.report.tables import find_runs, group_table, main_table, split_table
 
 
 def build_report(root: Path) -> str:
+    from allmem.report.atc import atc_sections
+    from allmem.report.tables import find_runs, group_table, main_table, split_table
+
     runs = find_runs(root)
     if not runs:
         raise SystemExit(f"allmem report: no complete run directory (with DONE) under {root}")
@@ -31,8 +39,8 @@ def build_report(root: Path) -> str:
     return "\n\n".join(sections) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="allmem report", description=__doc__)
+def _overview(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="allmem report DIR", description="Overview of every run under DIR.")
     parser.add_argument("root", type=Path, help="folder holding run directories (searched recursively)")
     parser.add_argument("--out", type=Path, help="also write the Markdown here")
     parser.add_argument("--figures", type=Path, help="also draw the figures (PNG) into this folder")
@@ -44,7 +52,44 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(text)
     if args.figures:
         from allmem.report.figures import write_figures
+        from allmem.report.tables import find_runs
 
         for path in write_figures(find_runs(args.root), args.figures):
             print(f"[allmem] figure: {path}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(argv or [])
+    if argv and Path(argv[0]).is_dir():
+        return _overview(argv)
+    from allmem.report.targets import ALIASES, GROUPS, TARGETS
+
+    names = [*TARGETS, *ALIASES, *GROUPS, "sweep"]
+    parser = argparse.ArgumentParser(prog="allmem report", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("targets", nargs="+", help=f"one or more of: {', '.join(names)}; or a run folder")
+    parser.add_argument("--runs", type=Path, default=Path("results/runs/paper"), help="run root")
+    parser.add_argument(
+        "--out", type=Path, default=Path("results"), help="writes <out>/tables and <out>/figures"
+    )
+    parser.add_argument(
+        "--lme", default=None, help="longmemeval_s_cleaned.json the runs used (adds LongMemEval-s)"
+    )
+    parser.add_argument(
+        "--set", dest="extra", default="", help="the extra Hydra overrides the runs used, quoted"
+    )
+    args = parser.parse_args(argv)
+    if "sweep" in args.targets:
+        from allmem.report.sweep import summarise_sweep
+
+        for path in summarise_sweep(args.runs, args.out):
+            print(f"[allmem] sweep: {path}")
+        rest = [t for t in args.targets if t != "sweep"]
+        if not rest:
+            return 0
+        args.targets = rest
+    from allmem.report.paper import summarise
+
+    summarise(args.targets, args.runs, args.out, args.lme or None, shlex.split(args.extra))
     return 0

@@ -10,8 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import pandas as pd
+
 from allmem import rundir
-from allmem.report.tables import Run, markdown
+from allmem.report.runs import Run
+from allmem.report.tables import markdown
 
 OPS = ("diagnosis", "split", "merge", "update")
 
@@ -166,3 +169,45 @@ def atc_sections(runs: Sequence[Run]) -> list[str]:
         "### Recoverability of archived units (directed typed links from the visible surface)\n\n"
         + recoverability_table(with_atc),
     ]
+
+
+def table3_frame(runs: Sequence[Run]) -> pd.DataFrame:
+    """Paper Table 3 from ``atc_events.jsonl``: one row per run × stage (diagnosis, split, merge, update)."""
+    from allmem.memory.atc.summary import summarise_events
+
+    rows = []
+    for run in runs:
+        events = run.events()
+        if not any(e.get("kind") == "run" for e in events):
+            continue
+        t3 = summarise_events(events)["table3"]
+        for stage in OPS:
+            r = t3.get(stage) or {}
+            n = r.get("events") or 0
+            rows.append({
+                "method": run.method, "dataset": run.dataset, "stage": stage, "events": n,
+                "executed": r.get("executed"), "skipped": r.get("skipped"), "noop": r.get("noop"),
+                "proposals": r.get("proposals"), "accepted": r.get("accepted"), "tokens": r.get("tokens"),
+                "tokens_per_event": r.get("tokens", 0) / n if n else None,
+                "latency_ms_per_event": r.get("latency_ms", 0.0) / n if n else None,
+                "bank_reused": run.reused_bank,
+            })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def table3_markdown(table: pd.DataFrame) -> str:
+    header = ["Method", "Stage", "Events", "Executed", "Skipped", "No-op", "Proposals → accepted", "Tokens/event",
+              "ms/event"]  # fmt: skip
+    rows = []
+    for _, r in table.iterrows():
+        diag = r["stage"] == "diagnosis"
+
+        def num(key: str, digits: int = 0, r: pd.Series = r) -> str:
+            v = r[key]
+            return "–" if v is None or pd.isna(v) else f"{float(v):,.{digits}f}"
+
+        rows.append([r["method"], r["stage"], num("events"), "–" if diag else num("executed"),
+                     "–" if diag else num("skipped"), "–" if diag else num("noop"),
+                     f"{num('proposals')} → {num('accepted')}" if diag else "–", num("tokens_per_event"),
+                     num("latency_ms_per_event", 1)])  # fmt: skip
+    return markdown(header, rows)

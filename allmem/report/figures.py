@@ -71,7 +71,8 @@ def recoverability(runs: Sequence[Run], out: Path) -> Path:
     ax.set_xlabel("hop budget H")
     ax.set_ylabel("archived units reachable (%)")
     ax.set_ylim(0, 102)
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
     return _save(plt, fig, out)
 
 

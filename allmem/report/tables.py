@@ -2,55 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
-from allmem import rundir
 from allmem.metrics import score_records
-from allmem.metrics.protocols import Protocol, as_protocol
+from allmem.report.runs import Run, find_runs
 from benchmarks import fit_split
 
+__all__ = ["Run", "find_runs", "fmt", "group_table", "main_table", "markdown", "split_table"]
+
 MAIN_COLUMNS = (("F1", "f1"), ("BLEU-1", "bleu1"), ("ROUGE-L", "rougeL"), ("R@k", "R@{k}"), ("N@k", "N@{k}"))
-
-
-@dataclass(frozen=True)
-class Run:
-    path: Path
-    method: str
-    dataset: str
-    protocol: Protocol  # built from the run's config.yaml: its ks and table k are the run's
-    metrics: dict[str, Any]
-
-    @property
-    def offline(self) -> bool:
-        return bool(self.metrics.get("backend", {}).get("offline", False))
-
-    def records(self) -> list[dict[str, Any]]:
-        return rundir.read_jsonl(self.path / rundir.PREDICTIONS)
-
-
-def find_runs(root: Path) -> list[Run]:
-    """Every complete run directory under ``root`` (a run is complete only when DONE exists)."""
-    runs = []
-    for done in sorted(root.rglob(rundir.DONE)):
-        path = done.parent
-        cfg = OmegaConf.load(path / rundir.CONFIG)
-        metrics = json.loads((path / rundir.METRICS).read_text())
-        runs.append(
-            Run(
-                path=path,
-                method=str(metrics.get("run", {}).get("label") or cfg.method.name),  # label: rundir.run_label
-                dataset=str(cfg.dataset.name),
-                protocol=as_protocol(cfg.protocol),
-                metrics=metrics,
-            )  # fmt: skip
-        )
-    return runs
 
 
 def fmt(value: Any) -> str:
@@ -79,7 +40,7 @@ def main_table(runs: Sequence[Run]) -> str:
         overall = run.metrics["overall"]
         keys = [key.format(k=run.protocol.table_k) for _, key in MAIN_COLUMNS]
         rows.append(
-            [run.method, *[overall["scores"].get(key) for key in keys], overall.get("judge"),
+            [run.label, *[overall["scores"].get(key) for key in keys], overall.get("judge"),
              overall.get("count"), "offline" if run.offline else run.metrics.get("backend", {}).get("llm")]
         )  # fmt: skip
     return markdown(header, rows)
@@ -90,7 +51,7 @@ def group_table(runs: Sequence[Run], metric: str = "f1") -> str:
     groups = sorted({g for run in runs for g in run.metrics.get("groups", {})})
     header = ["Method", *groups]
     rows = [
-        [run.method, *[run.metrics["groups"].get(g, {}).get("scores", {}).get(metric) for g in groups]]
+        [run.label, *[run.metrics["groups"].get(g, {}).get("scores", {}).get(metric) for g in groups]]
         for run in runs
     ]
     return markdown(header, rows)
@@ -113,7 +74,7 @@ def split_table(runs: Sequence[Run], keys: Sequence[str] = ("f1", "R@{k}")) -> s
             score_records(part, run.protocol)["overall"]["scores"] if part else {}
             for part in (records, fit, held)
         ]
-        row: list[Any] = [run.method]
+        row: list[Any] = [run.label]
         for key in keys:
             row += [p.get(key.format(k=run.protocol.table_k)) for p in parts]
         rows.append(row)

@@ -1,0 +1,179 @@
+"""Re-use ingested All-Mem banks across runs that differ only in query-time settings.
+
+Why: a sweep over retrieval budgets (K, k, L), the Stage 1 scorer or the search-the-full-bank / no-expansion /
+no-type-priority ablations changes nothing that happens while a dialogue is written and consolidated, yet each
+run would ingest (describe, embed, link, consolidate) the whole stream again. With ``method.bank_cache`` set to
+a folder, All-Mem stores each dialogue's final bank there, keyed by everything that shapes ingestion, and a
+later run with the same key loads it instead of writing the stream again.
+
+What the key covers: the ingestion settings (``links``, ``write``, ``atc``, ``recover_mode``), the LLM backend,
+model and temperature, the embedding model's identity, and a fingerprint of allmem's own source files (any
+code change makes a new key). What it does not cover is the dialogue's content: instead, every turn and session
+boundary the runner streams is compared with the stream the cached bank was built from, and the first
+difference makes the run ingest normally (replaying what it had held back). So a cached bank is used only for
+the identical stream under the identical ingestion settings and code.
+
+A reused run reports the stats and ATC events of the run that built the bank, marked ``bank_cache.hit``, with
+that run's ingestion wall time; its own write timings would be meaningless (nothing was written).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field, is_dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+FORMAT = 1
+ENTRY = "entry.json"
+BANK = "bank"
+EVENTS = "atc_events.jsonl"
+_SOURCE_SUFFIXES = (".py", ".txt", ".md")
+
+
+@lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """sha256 over allmem's source files, prompts included; the report package is left out (it reads results)."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if not path.is_file() or path.suffix not in _SOURCE_SUFFIXES or rel.startswith("report/"):
+            continue
+        if "__pycache__" in rel:
+            continue
+        h.update(rel.encode())
+        h.update(b"\0")
+        h.update(path.read_bytes())
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def _plain(value: Any) -> Any:
+    if is_dataclass(value) and not isinstance(value, type):
+        return _plain(asdict(value))
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def ingest_key(settings: Mapping[str, Any], llm: Any, embedder: Any) -> str:
+    """The cache key: ingestion settings + LLM identity + embedder identity + code fingerprint."""
+    describe = llm.describe() if llm is not None and hasattr(llm, "describe") else {}
+    material = {
+        "format": FORMAT,
+        "settings": _plain(settings),
+        "llm": {k: describe.get(k) for k in ("backend", "model", "temperature", "dry_run")},
+        "embedder": getattr(embedder, "identity", type(embedder).__name__),
+        "code": code_fingerprint(),
+    }
+    blob = json.dumps(material, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:20]
+
+
+def event_digest(kind: str, payload: Any) -> str:
+    """A short digest of one stream event (a session start or end, or a turn) with every field it carries."""
+    blob = json.dumps([kind, _plain(payload)], sort_keys=True, default=str).encode()
+    return hashlib.sha1(blob).hexdigest()[:16]
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "_"
+
+
+@dataclass
+class Expectation:
+    """A cached stream being matched event by event; ``held`` keeps the events not processed yet."""
+
+    path: Path
+    digests: list[str]
+    held: list[tuple[str, Any]] = field(default_factory=list)
+
+    def feed(self, kind: str, payload: Any, digest: str) -> bool:
+        """True when the event matches the cached stream at this position (it is then held back)."""
+        pos = len(self.held)
+        if pos < len(self.digests) and self.digests[pos] == digest:
+            self.held.append((kind, payload))
+            return True
+        return False
+
+    @property
+    def complete(self) -> bool:
+        return len(self.held) == len(self.digests)
+
+
+class BankCache:
+    """``<root>/<key>/<dialogue>/``: ``bank/`` (allmem.memory.persist format), ``entry.json``, ATC events."""
+
+    def __init__(self, root: str | Path, key: str) -> None:
+        self.root = Path(root)
+        self.key = key
+
+    def folder(self, dialogue_id: str) -> Path:
+        return self.root / self.key / _safe(dialogue_id)
+
+    def expect(self, dialogue_id: str) -> Expectation | None:
+        """The cached stream of this dialogue, when a complete entry exists (a torn entry is ignored)."""
+        path = self.folder(dialogue_id)
+        try:
+            entry = json.loads((path / ENTRY).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if entry.get("format") != FORMAT or entry.get("dialogue_id") != dialogue_id:
+            return None
+        return Expectation(path, list(entry.get("stream", [])))
+
+    @staticmethod
+    def read(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        entry = json.loads((path / ENTRY).read_text(encoding="utf-8"))
+        events = []
+        if (path / EVENTS).exists():
+            events = [json.loads(x) for x in (path / EVENTS).read_text(encoding="utf-8").splitlines() if x]
+        return entry, events
+
+    def store(
+        self,
+        dialogue_id: str,
+        save_bank: Callable[[Path], Any],
+        stream: list[str],
+        stats: Mapping[str, Any],
+        events: Iterable[Mapping[str, Any]],
+        ingest_s: float,
+        calls: Mapping[str, Any] | None = None,
+    ) -> Path:
+        """Write an entry atomically (temporary folder, then rename); a concurrent writer of the same key wins."""
+        final = self.folder(dialogue_id)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp"))
+        try:
+            save_bank(tmp / BANK)
+            with open(tmp / EVENTS, "w", encoding="utf-8") as fh:
+                for ev in events:
+                    fh.write(json.dumps(ev, ensure_ascii=False, sort_keys=True, default=str) + "\n")
+            entry = {
+                "format": FORMAT,
+                "key": self.key,
+                "dialogue_id": dialogue_id,
+                "stream": stream,
+                "stats": dict(stats),
+                "ingest_s": ingest_s,
+                "calls": dict(calls or {}),
+            }
+            (tmp / ENTRY).write_text(json.dumps(entry, default=str), encoding="utf-8")
+            if final.exists():
+                shutil.rmtree(final, ignore_errors=True)
+            os.replace(tmp, final)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not (final / ENTRY).exists():
+                raise
+        return final

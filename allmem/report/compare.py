@@ -1,0 +1,108 @@
+"""Means with bootstrap intervals, and paired differences to a reference, for any set of labelled runs.
+
+Table 1 (methods), Table 4 (ablations) and the sweep figures all ask the same question of per-question scores:
+what is each run's mean with its interval, and how does it differ from the reference on the same questions.
+The answer is one long frame (label, subset, group, metric, mean, ci_low, ci_high, n, delta, p), from which
+each table picks its layout; its CSV is what ``results/tables/*.csv`` hold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from allmem.report import stats
+from allmem.report.items import JUDGE, KEYS
+
+METRIC_NAMES = {"judge": "4o-J", "f1": "F1", "bleu1": "BLEU-1", "rougeL": "ROUGE-L"}
+OVERALL = "overall"
+
+
+def metric_title(name: str) -> str:
+    return METRIC_NAMES.get(name, name)
+
+
+def _column(name: str) -> str:
+    return JUDGE if name == "judge" else name
+
+
+def compare(
+    frames: Mapping[str, pd.DataFrame],
+    metrics: Sequence[str],
+    reference: str | None,
+    subset: str = "all",
+    by_group: bool = True,
+    tests: bool = True,
+) -> pd.DataFrame:
+    """Rows for every label × group (``overall`` and each category / question type) × metric."""
+    rows = []
+    ref = frames.get(reference) if reference else None
+    for label, frame in frames.items():
+        frame = frame[frame["included"]]
+        groups = [(OVERALL, frame)]
+        if by_group:
+            groups += [(str(g), part) for g, part in frame.groupby("group", sort=False)]
+        for group, part in groups:
+            for metric in metrics:
+                col = _column(metric)
+                if col not in part:
+                    continue
+                values = part[col].to_numpy(dtype=float)
+                ci = stats.bootstrap_ci(values)
+                row = {"label": label, "subset": subset, "group": group, "metric": metric,
+                       "mean": None, "ci_low": None, "ci_high": None, "n": 0, "reference": reference,
+                       "delta": None, "p": None}  # fmt: skip
+                if ci is not None:
+                    row.update(mean=100 * ci.mean, ci_low=100 * ci.low, ci_high=100 * ci.high, n=ci.n)
+                if tests and ref is not None and label != reference and ci is not None:
+                    row.update(_paired(part, ref, group, col))
+                rows.append(row)
+    out = pd.DataFrame(rows)
+    return out
+
+
+def _paired(part: pd.DataFrame, ref: pd.DataFrame, group: str, col: str) -> dict[str, float | None]:
+    """Difference (this − reference, ×100) and the paired permutation p on the questions both answered."""
+    ref = ref[ref["included"]]
+    if group != OVERALL:
+        ref = ref[ref["group"].astype(str) == group]
+    joined = part[[*KEYS, col]].merge(ref[[*KEYS, col]], on=list(KEYS), suffixes=("", "_ref"))
+    a = joined[col].to_numpy(dtype=float)
+    b = joined[f"{col}_ref"].to_numpy(dtype=float)
+    keep = ~(np.isnan(a) | np.isnan(b))
+    if not keep.any():
+        return {"delta": None, "p": None}
+    return {"delta": 100 * float(np.mean(a[keep] - b[keep])), "p": stats.paired_permutation_p(a, b)}
+
+
+def fmt_ci(mean: float | None, low: float | None, high: float | None) -> str:
+    if mean is None or (isinstance(mean, float) and np.isnan(mean)):
+        return "n/a"
+    return f"{mean:.2f} [{low:.2f}, {high:.2f}]"
+
+
+def fmt_p(p: float | None) -> str:
+    if p is None or (isinstance(p, float) and np.isnan(p)):
+        return "n/a"
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def fmt_delta(delta: float | None, p: float | None) -> str:
+    if delta is None or (isinstance(delta, float) and np.isnan(delta)):
+        return "n/a"
+    return f"{delta:+.2f} (p {fmt_p(p)})"
+
+
+def cell(table: pd.DataFrame, label: str, metric: str, group: str = OVERALL, what: str = "ci") -> str:
+    """One formatted cell of a ``compare`` frame."""
+    hit = table[(table["label"] == label) & (table["metric"] == metric) & (table["group"] == group)]
+    if hit.empty:
+        return "n/a"
+    row = hit.iloc[0]
+    if what == "delta":
+        return fmt_delta(row["delta"], row["p"])
+    if what == "mean":
+        return "n/a" if pd.isna(row["mean"]) else f"{row['mean']:.2f}"
+    return fmt_ci(None if pd.isna(row["mean"]) else row["mean"], row["ci_low"], row["ci_high"])

@@ -1,0 +1,97 @@
+"""Every run's per-question records as one table (pandas → Parquet), to slice results without re-running.
+
+One row per question per run: the run's identity (method, dataset, protocol, run directory, config hash, backend,
+git sha), every result-changing config key flattened as ``cfg.<dotted key>``, the prediction record's fields
+(latencies flattened as ``latency_ms.<stage>``, the judge verdict as ``judge_verdict``) and the per-question
+metric values in [0, 1] under the run's protocol (NaN where a metric does not apply).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from omegaconf import OmegaConf
+
+from allmem.report.items import KEYS, item_frame
+from allmem.report.runs import Run
+
+NOT_CONFIG = ("run", "paths", "wandb", "hydra")  # keys that place or name a run, not what it computed
+
+
+def _flatten(d: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def config_columns(run: Run) -> dict[str, Any]:
+    data = OmegaConf.to_container(run.cfg, resolve=True)
+    assert isinstance(data, dict)
+    return _flatten({k: v for k, v in data.items() if k not in NOT_CONFIG}, "cfg.")
+
+
+def run_frame(run: Run) -> pd.DataFrame:
+    records = run.records()
+    rows = []
+    for rec in records:
+        row: dict[str, Any] = {}
+        for key, value in rec.items():
+            if key == "latency_ms" and isinstance(value, Mapping):
+                row.update({f"latency_ms.{k}": float(v) for k, v in value.items()})
+            elif key == "judge" and isinstance(value, Mapping):
+                row["judge_verdict"] = value.get("verdict")
+            elif isinstance(value, Mapping):
+                row[key] = json.dumps(value, sort_keys=True, default=str)
+            else:
+                row[key] = value
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    scores = item_frame(run).drop(columns=["group", "context_tokens"], errors="ignore")
+    scores = scores.rename(columns={c: f"score.{c}" for c in scores.columns if c not in KEYS})
+    if not frame.empty:
+        frame = frame.merge(scores, on=list(KEYS), how="left")
+    ident = {"method": run.method, "dataset": run.dataset, "protocol": run.protocol.name, "run_dir": str(run.path),
+             "config_hash": run.config_hash, "offline": run.offline, "git_sha": run.git_sha}  # fmt: skip
+    for key, value in reversed(list(ident.items())):
+        frame.insert(0, key, value)
+    for key, value in config_columns(run).items():
+        frame[key] = json.dumps(value) if isinstance(value, list) else value
+    return frame
+
+
+def _tidy(frame: pd.DataFrame) -> pd.DataFrame:
+    """Parquet needs one type per column: a column mixing types (a config key that is a number in one run and a
+    string in another) is stored as strings."""
+    for col in frame.columns:
+        kinds = {type(v) for v in frame[col].dropna()}
+        if len(kinds - {int, float}) > 0 and len(kinds) > 1 and not kinds <= {list}:
+            frame[col] = frame[col].map(
+                lambda v: None if v is None or (isinstance(v, float) and pd.isna(v)) else str(v)
+            )
+    return frame
+
+
+def question_table(runs: Iterable[Run]) -> pd.DataFrame:
+    parts = [run_frame(r) for r in runs]
+    parts = [p for p in parts if not p.empty]
+    if not parts:
+        return pd.DataFrame()
+    return _tidy(pd.concat(parts, ignore_index=True, sort=False))
+
+
+def write_parquet(runs: Iterable[Run], path: Path) -> Path:
+    table = question_table(runs)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".parquet.tmp")
+    table.to_parquet(tmp, index=False)
+    tmp.replace(path)
+    return path

@@ -1,0 +1,262 @@
+"""The summarise step of the paper targets: complete run directories → ``results/tables`` and ``results/figures``.
+
+``allmem report table1 fig3 --runs results/runs/paper --out results`` composes the points of each target's
+experiments (``allmem/report/targets.py``), reads the complete run with each point's config hash, and writes
+Markdown and CSV tables, PNG and PDF figures, and ``per_question.parquet``. A point without a complete run is
+named under its table as missing; it never turns into a number.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from allmem.report import ablations, cost, paper_figures, stats, table1
+from allmem.report.atc import table3_frame, table3_markdown
+from allmem.report.frame import write_parquet
+from allmem.report.provenance import DATASET_TITLES, footer
+from allmem.report.runs import Run
+from allmem.report.targets import LME_SKIPPED, TARGETS, Point, collect, expand, experiments_of
+from benchmarks import fit_split
+
+log = logging.getLogger("allmem.report")
+Found = dict[str, dict[str, list[Point]]]
+
+
+def _runs(found: Found, experiment: str, dataset: str) -> list[Run]:
+    return [p.run for p in found.get(experiment, {}).get(dataset, []) if p.run is not None]
+
+
+def _missing(found: Found, experiments: Sequence[str]) -> list[str]:
+    out = []
+    for exp in experiments:
+        for ds, pts in found.get(exp, {}).items():
+            gone = [p.label for p in pts if p.run is None]
+            if gone:
+                out.append(f"Missing (not run, failed or incomplete) in {exp} on {ds}: {'; '.join(gone)}.")
+    return out
+
+
+def _datasets(found: Found) -> list[str]:
+    return list(dict.fromkeys(ds for per in found.values() for ds in per))
+
+
+def _lme_note(found: Found) -> str:
+    return "" if "longmemeval_s" in _datasets(found) else LME_SKIPPED + "."
+
+
+def _suffix(dataset: str) -> str:
+    return "" if dataset == "locomo" else "_lme"
+
+
+def _write(text: str, frame: pd.DataFrame | None, tables: Path, name: str) -> list[Path]:
+    tables.mkdir(parents=True, exist_ok=True)
+    md = tables / f"{name}.md"
+    md.write_text(text.rstrip() + "\n")
+    paths = [md]
+    if frame is not None and not frame.empty:
+        frame.to_csv(tables / f"{name}.csv", index=False)
+        paths.append(tables / f"{name}.csv")
+    return paths
+
+
+# ------------------------------------------------------------------------------------------------ tables
+def render_table1(found: Found, tables: Path, figures: Path) -> list[Path]:
+    sections, frames, runs_all = [f"# {TARGETS['table1'].title}"], [], []
+    experiments = TARGETS["table1"].experiments  # the methods, then the Stage 1 variants
+    for ds in _datasets(found):
+        named = [(r, table1.row_name(r, e)) for e in experiments for r in _runs(found, e, ds)]
+        if not named:
+            continue
+        runs = [r for r, _ in named]
+        table = table1.compute(runs, ds, [name for _, name in named])
+        frames.append(table)
+        runs_all += runs
+        sections.append(table1.markdown_for(table, runs, ds))
+    notes = [_lme_note(found), *_missing(found, experiments), table1.stats_note(),
+             "Context tokens: mean tokens of retrieved evidence packed into the generator context (o200k_base, "
+             "after the matched budget)."]  # fmt: skip
+    sections.append(footer(runs_all, "table1", notes))
+    frame = pd.concat(frames, ignore_index=True) if frames else None
+    return _write("\n\n".join(sections), frame, tables, "table1")
+
+
+def render_table2(found: Found, tables: Path, figures: Path) -> list[Path]:
+    sections, frames, runs_all = [f"# {TARGETS['table2'].title}"], [], []
+    for ds in _datasets(found):
+        runs = _runs(found, "table1", ds)
+        if runs:
+            t = cost.compute(runs)
+            frames.append(t)
+            runs_all += runs
+            sections += [f"## {DATASET_TITLES.get(ds, ds)}", cost.markdown_for(t)]
+    notes = [_lme_note(found), *_missing(found, ["table1"]), *cost.DEFINITIONS,
+             "Offline token counts are the rendered prompts of the rule-based roles (what an LLM would have read), "
+             "and offline latencies are those roles' CPU time, not an LLM's. Latencies are wall times on the machine "
+             "that ran them (shared or not); a text's embedding is computed once and then read from the on-disk "
+             "cache, so the first run to embed a text pays for it."]  # fmt: skip
+    sections.append(footer(runs_all, "table2", notes))
+    frame = pd.concat(frames, ignore_index=True) if frames else None
+    return _write("\n\n".join(sections), frame, tables, "table2")
+
+
+def render_table3(found: Found, tables: Path, figures: Path) -> list[Path]:
+    sections, frames, runs_all = [f"# {TARGETS['table3'].title}"], [], []
+    for ds in _datasets(found):
+        runs = [r for r in _runs(found, "table1", ds) if r.consolidates]
+        if runs:
+            t = table3_frame(runs)
+            frames.append(t)
+            runs_all += runs
+            sections += [f"## {DATASET_TITLES.get(ds, ds)}", table3_markdown(t)]
+    notes = [_lme_note(found), *_missing(found, ["table1"]),
+             "Diagnosis events are units diagnosed; operator events are queued targets, each Executed, Skipped "
+             "(stale or invalid) or No-op (the planner declined). Tokens and time per operator event are its "
+             "planning calls (Split includes the siblings' descriptors)."]  # fmt: skip
+    sections.append(footer(runs_all, "table3", notes))
+    frame = pd.concat(frames, ignore_index=True) if frames else None
+    return _write("\n\n".join(sections), frame, tables, "table3")
+
+
+def render_table4(found: Found, tables: Path, figures: Path) -> list[Path]:
+    sections, frames, runs_all = [f"# {TARGETS['table4'].title}"], [], []
+    for ds in _datasets(found):
+        runs = _runs(found, "ablations", ds)
+        if runs:
+            t, extra = ablations.compute(runs)
+            frames.append(t.merge(extra, on="label", how="left").assign(dataset=ds))
+            runs_all += runs
+            sections += [f"## {DATASET_TITLES.get(ds, ds)}", ablations.markdown_for(t, extra, runs)]
+    notes = [_lme_note(found), *_missing(found, ["ablations"]), table1.stats_note()]
+    sections.append(footer(runs_all, "table4", notes))
+    frame = pd.concat(frames, ignore_index=True) if frames else None
+    return _write("\n\n".join(sections), frame, tables, "table4")
+
+
+def render_ablations_hybrid(found: Found, tables: Path, figures: Path) -> list[Path]:
+    sections, frames, runs_all = [f"# {TARGETS['ablations_hybrid'].title}"], [], []
+    for ds in _datasets(found):
+        runs = _runs(found, "ablations_hybrid", ds)
+        if runs:
+            fit = fit_split(ds) if ds == "locomo" else ()
+            t = ablations.compute_hybrid(runs, fit).assign(dataset=ds)
+            frames.append(t)
+            runs_all += runs
+            sections += [f"## {DATASET_TITLES.get(ds, ds)}", ablations.hybrid_markdown(t)]
+    notes = [_lme_note(found), *_missing(found, ["ablations_hybrid"]), table1.stats_note(),
+             "The fit conversations are those allmem_hybrid's values were chosen on (scripts/fit_retrieval.py); the "
+             "held-out rows are the honest ones."]  # fmt: skip
+    sections.append(footer(runs_all, "ablations_hybrid", notes))
+    frame = pd.concat(frames, ignore_index=True) if frames else None
+    return _write("\n\n".join(sections), frame, tables, "ablations_hybrid")
+
+
+# ------------------------------------------------------------------------------------------------ figures
+def _figure_index(
+    found: Found,
+    tables: Path,
+    name: str,
+    written: list[Path],
+    extra: Sequence[str] = (),
+    data: Sequence[pd.DataFrame] = (),
+) -> list[Path]:
+    """Beside each figure: a Markdown (where it is, what made it, what was missing) and its data as CSV."""
+    lines = [f"# {TARGETS[name].title}", *[f"- `{p}`" for p in written if p.suffix == ".png"]]
+    notes = [_lme_note(found), *_missing(found, TARGETS[name].experiments), *extra]
+    runs = list({id(r): r for e in TARGETS[name].experiments for ds in _datasets(found) for r in _runs(found, e, ds)}
+                .values())  # fmt: skip
+    frame = (
+        pd.concat([d for d in data if not d.empty], ignore_index=True)
+        if any(not d.empty for d in data)
+        else None
+    )
+    return _write("\n".join(lines) + "\n\n" + footer(runs, name, notes), frame, tables, name)
+
+
+def render_fig3(found: Found, tables: Path, figures: Path) -> list[Path]:
+    written: list[Path] = []
+    data: list[pd.DataFrame] = []
+    for ds in _datasets(found):
+        sweep, anchors = _runs(found, "fig3", ds), _runs(found, "fig3_anchors", ds)
+        anchors = [
+            r for r in anchors if int(r.value("method.retrieval.k")) != 10
+        ]  # k=10 is the default point
+        methods = _runs(found, "table1", ds)
+        if sweep or methods:
+            paths, frame = paper_figures.fig3(sweep, anchors, methods, figures / f"fig3{_suffix(ds)}", ds)
+            written, data = written + paths, [*data, frame]
+    return written + _figure_index(found, tables, "fig3", written, data=data)
+
+
+def render_fig4(found: Found, tables: Path, figures: Path) -> list[Path]:
+    written: list[Path] = []
+    data: list[pd.DataFrame] = []
+    for ds in _datasets(found):
+        theta, dsigma = _runs(found, "fig4_theta", ds), _runs(found, "fig4_dsigma", ds)
+        if theta or dsigma:
+            paths, frame = paper_figures.fig4(theta, dsigma, figures / f"fig4{_suffix(ds)}", ds)
+            written, data = written + paths, [*data, frame]
+    return written + _figure_index(found, tables, "fig4", written, [stats.describe()], data=data)
+
+
+def render_fig5(found: Found, tables: Path, figures: Path) -> list[Path]:
+    written: list[Path] = []
+    data: list[pd.DataFrame] = []
+    for ds in _datasets(found):
+        surface = [r for r in _runs(found, "fig4_theta", ds) if r.consolidates]
+        stage = _runs(found, "fig5", ds)
+        if surface or stage:
+            paths, frame = paper_figures.fig5(surface, stage, figures / f"fig5{_suffix(ds)}", ds)
+            written, data = written + paths, [*data, frame]
+    return written + _figure_index(found, tables, "fig5", written, data=data)
+
+
+def render_fig6(found: Found, tables: Path, figures: Path) -> list[Path]:
+    written: list[Path] = []
+    data: list[pd.DataFrame] = []
+    for ds in _datasets(found):
+        runs = [r for r in _runs(found, "fig4_theta", ds) if r.consolidates]
+        if runs:
+            paths, frame = paper_figures.fig6(runs, figures / f"fig6{_suffix(ds)}", ds)
+            written, data = written + paths, [*data, frame]
+    return written + _figure_index(found, tables, "fig6", written, data=data)
+
+
+RENDER: dict[str, Callable[[Found, Path, Path], list[Path]]] = {
+    "table1": render_table1,
+    "table2": render_table2,
+    "table3": render_table3,
+    "table4": render_table4,
+    "ablations_hybrid": render_ablations_hybrid,
+    "fig3": render_fig3,
+    "fig4": render_fig4,
+    "fig5": render_fig5,
+    "fig6": render_fig6,
+}
+
+
+def summarise(
+    targets: Sequence[str], root: Path, out: Path, lme: str | None = None, extra: Sequence[str] = ()
+) -> list[Path]:
+    """Write the tables and figures of ``targets`` (groups allowed) under ``out``; returns the files written."""
+    names = expand(targets)
+    found = collect(experiments_of(names), root, lme, extra)
+    tables, figures = out / "tables", out / "figures"
+    written: list[Path] = []
+    if not lme:
+        print(f"[allmem] {LME_SKIPPED}")
+    for name in names:
+        paths = RENDER[name](found, tables, figures)
+        for p in paths:
+            print(f"[allmem] {name}: {p}")
+        written += paths
+    runs = list({r.config_hash: r for per in found.values() for pts in per.values() for p in pts
+                 if (r := p.run) is not None}.values())  # fmt: skip
+    if runs:
+        parquet = write_parquet(runs, tables / "per_question.parquet")
+        print(f"[allmem] per-question records of {len(runs)} runs: {parquet}")
+        written.append(parquet)
+    return written

@@ -1,0 +1,145 @@
+"""Reading run directories: the one module of the report that knows their file names and fields.
+
+Everything the tables and figures show comes from here: ``config.yaml`` (resolved), ``metrics.json``,
+``manifest.json``, ``predictions.jsonl``, ``system_stats.jsonl``, ``atc_events.jsonl`` and ``calls.jsonl``. A run
+counts only when complete (``DONE`` exists); anything else is never read as a result. When the run-directory
+contract changes, this is the file to adapt.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from allmem import rundir
+from allmem.metrics.protocols import Protocol, as_protocol
+
+EVENTS = "atc_events.jsonl"
+
+
+@dataclass(frozen=True, eq=False)
+class Run:
+    """One complete run directory, read lazily."""
+
+    path: Path
+    cfg: DictConfig = field(repr=False)
+    metrics: dict[str, Any] = field(repr=False)
+
+    @property
+    def method(self) -> str:
+        return str(self.cfg.method.name)
+
+    @property
+    def dataset(self) -> str:
+        return str(self.cfg.dataset.name)
+
+    @property
+    def label(self) -> str:
+        """How the runner names the run (``metrics.json`` ``run.label``: method and overrides), else the method."""
+        return str((self.metrics.get("run") or {}).get("label") or self.method)
+
+    @cached_property
+    def protocol(self) -> Protocol:
+        """The run's scoring protocol, built from its own config (its ks and table k)."""
+        return as_protocol(self.cfg.protocol)
+
+    @property
+    def backend(self) -> dict[str, Any]:
+        return dict(self.metrics.get("backend") or self.manifest.get("backend") or {})
+
+    @property
+    def offline(self) -> bool:
+        return bool(self.backend.get("offline", False))
+
+    @cached_property
+    def config_hash(self) -> str:
+        """The run's identity as the runner recorded it (config and data); computed for runs that predate that."""
+        recorded = (self.metrics.get("run") or {}).get("config_hash")
+        return str(recorded) if recorded else rundir.config_hash(self.cfg)
+
+    def value(self, key: str, default: Any = None) -> Any:
+        """A config value by dotted key (``method.retrieval.K``), or ``default`` when absent."""
+        found = OmegaConf.select(self.cfg, key, default=default)
+        return OmegaConf.to_container(found, resolve=True) if isinstance(found, DictConfig) else found
+
+    @cached_property
+    def manifest(self) -> dict[str, Any]:
+        path = self.path / rundir.MANIFEST
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    @property
+    def git_sha(self) -> str | None:
+        return (self.manifest.get("git") or {}).get("sha")
+
+    @property
+    def git_dirty(self) -> bool:
+        return bool((self.manifest.get("git") or {}).get("dirty"))
+
+    @property
+    def written_at(self) -> str | None:
+        return self.manifest.get("written_at")
+
+    # A complete run never changes, so each file is read once per Run object.
+    @cached_property
+    def _records(self) -> list[dict[str, Any]]:
+        return rundir.read_jsonl(self.path / rundir.PREDICTIONS)
+
+    @cached_property
+    def _stats(self) -> dict[str, dict[str, Any]]:
+        return {r["dialogue_id"]: r for r in rundir.read_jsonl(self.path / rundir.SYSTEM_STATS)}
+
+    @cached_property
+    def _events(self) -> list[dict[str, Any]]:
+        return rundir.read_jsonl(self.path / EVENTS)
+
+    def records(self) -> list[dict[str, Any]]:
+        return self._records
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        """``system_stats.jsonl`` by dialogue; the last line wins (a resumed dialogue was ingested again)."""
+        return self._stats
+
+    def events(self, kind: str | None = None) -> list[dict[str, Any]]:
+        """``atc_events.jsonl`` lines (all, or one ``kind``: diagnose, target, run, probe); [] without ATC."""
+        return [r for r in self._events if kind is None or r.get("kind") == kind]
+
+    def calls(self) -> list[dict[str, Any]]:
+        return rundir.read_jsonl(self.path / rundir.CALLS)
+
+    @property
+    def reused_bank(self) -> bool:
+        """Whether this run loaded banks ingested by an earlier run (its write timings are that run's)."""
+        return any((s.get("bank_cache") or {}).get("hit") for s in self.stats().values())
+
+    @property
+    def consolidates(self) -> bool:
+        return any("atc" in s for s in self.stats().values())
+
+
+def load_run(path: Path) -> Run:
+    cfg = OmegaConf.load(path / rundir.CONFIG)
+    assert isinstance(cfg, DictConfig)
+    metrics = json.loads((path / rundir.METRICS).read_text())
+    return Run(path=path, cfg=cfg, metrics=metrics)
+
+
+def find_runs(root: Path) -> list[Run]:
+    """Every complete run directory under ``root`` (a run is complete only when DONE exists), sorted by path."""
+    root = Path(root)
+    if not root.exists():
+        return []
+    return [load_run(done.parent) for done in sorted(root.rglob(rundir.DONE))]
+
+
+def by_hash(runs: Iterable[Run]) -> dict[str, Run]:
+    """Runs keyed by config hash; when two directories hold the same config, the newer one wins."""
+    out: dict[str, Run] = {}
+    for run in sorted(runs, key=lambda r: (r.written_at or "", str(r.path))):
+        out[run.config_hash] = run
+    return out

@@ -1,0 +1,155 @@
+"""Table 1: methods × (4o-J, F1, BLEU-1, ROUGE-L, R@5, N@5) with 95% intervals, mean context tokens, paired
+tests against All-Mem; per category (LoCoMo) or question type (LongMemEval-s); LoCoMo's held-out conversations.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import pandas as pd
+
+from allmem.report import stats
+from allmem.report.compare import OVERALL, cell, compare, metric_title
+from allmem.report.items import item_frame
+from allmem.report.provenance import DATASET_TITLES
+from allmem.report.runs import Run
+from allmem.report.tables import markdown
+from benchmarks import fit_split
+
+REFERENCE = "allmem"  # All-Mem with consolidation: the row every other method is tested against
+LOCOMO_CATEGORIES = {
+    "1": "multi-hop",
+    "2": "temporal",
+    "3": "open-domain",
+    "4": "single-hop",
+    "5": "adversarial",
+}
+
+
+def table_metrics(runs: Sequence[Run]) -> list[str]:
+    """The protocol's table columns (4o-J first), from the first run's metrics.json."""
+    for run in runs:
+        names = run.metrics.get("table_metrics")
+        if names:
+            return list(names)
+    return ["judge", "f1", "bleu1", "rougeL", "R@5", "N@5"]
+
+
+def row_name(run: Run, experiment: str = "table1") -> str:
+    """A run's row: its method, with the experiment named when it is not Table 1's own (the Stage 1 variants
+    run ``allmem_noatc`` under ``experiment=stage1_*``). Named by the experiment that asks for the run, not by
+    the run's own label: one run serves every experiment with its config, under whichever name made it first."""
+    return run.method if experiment == "table1" else f"{run.method},experiment={experiment}"
+
+
+def frames_of(runs: Sequence[Run], names: Sequence[str] | None = None) -> dict[str, pd.DataFrame]:
+    names = names or [run.method for run in runs]
+    return {name: item_frame(run) for name, run in zip(names, runs, strict=True)}
+
+
+def _subset(frames: dict[str, pd.DataFrame], dialogues: Sequence[str], keep: bool) -> dict[str, pd.DataFrame]:
+    ids = set(dialogues)
+    return {k: f[f["dialogue_id"].isin(ids) == keep] for k, f in frames.items()}
+
+
+def compute(runs: Sequence[Run], dataset: str, names: Sequence[str] | None = None) -> pd.DataFrame:
+    """The long frame of Table 1 for one dataset: subsets all (and fit / held-out on LoCoMo); ``names``: the
+    row of each run (default: its method)."""
+    frames = frames_of(runs, names)
+    metrics = table_metrics(runs)
+    reference = REFERENCE if REFERENCE in frames else None
+    parts = [compare(frames, metrics, reference, subset="all")]
+    fit = fit_split(dataset) if dataset == "locomo" else ()
+    if fit:
+        parts.append(
+            compare(_subset(frames, fit, False), metrics, reference, subset="held-out", by_group=False)
+        )
+        parts.append(compare(_subset(frames, fit, True), metrics, reference, subset="fit", by_group=False))
+    out = pd.concat(parts, ignore_index=True)
+    tokens = {k: f.loc[f["included"], "context_tokens"].astype(float).mean() for k, f in frames.items()}
+    out["context_tokens"] = out["label"].map(tokens)
+    out.insert(0, "dataset", dataset)
+    return out
+
+
+def _judge_note(runs: Sequence[Run]) -> str:
+    if all(r.metrics.get("overall", {}).get("judge") is None for r in runs):
+        reasons = {r.metrics.get("overall", {}).get("judge_reason") for r in runs} - {None}
+        return f"4o-J is n/a: {'; '.join(sorted(reasons)) or 'no LLM judge ran'}."
+    return ""
+
+
+def markdown_for(table: pd.DataFrame, runs: Sequence[Run], dataset: str) -> str:
+    metrics = table_metrics(runs)
+    labels = list(dict.fromkeys(table["label"]))
+    title = DATASET_TITLES.get(dataset, dataset)
+    all_rows = table[table["subset"] == "all"]
+    n_q = int(all_rows[(all_rows["group"] == OVERALL)]["n"].max() or 0)
+    out = [f"## {title}: {n_q} questions"]
+    if dataset == "longmemeval_s":
+        out.append(
+            "R@5 and N@5 are session-level (evidence = answer sessions), so not comparable to LoCoMo's."
+        )
+    header = ["Method", *[metric_title(m) for m in metrics], "Context tokens", "n"]
+    rows = []
+    for label in labels:
+        tokens = all_rows.loc[all_rows["label"] == label, "context_tokens"].iloc[0]
+        n = all_rows[
+            (all_rows["label"] == label) & (all_rows["group"] == OVERALL) & (all_rows["metric"] == "f1")
+        ]
+        rows.append([label, *[cell(all_rows, label, m) for m in metrics], f"{tokens:.0f}",
+                     int(n["n"].iloc[0]) if not n.empty else "n/a"])  # fmt: skip
+    out.append(markdown(header, rows))
+    if (all_rows["reference"].notna()).any():
+        ref = all_rows["reference"].dropna().iloc[0]
+        out.append(f"Difference to `{ref}` on the same questions (this − {ref}, points) and paired p:")
+        rows = [
+            [label, *[cell(all_rows, label, m, what="delta") for m in metrics]]
+            for label in labels
+            if label != ref
+        ]
+        out.append(markdown(["Method", *[metric_title(m) for m in metrics]], rows))
+    else:
+        out.append(f"No `{REFERENCE}` run among these, so no paired tests.")
+    groups = sorted((g for g in dict.fromkeys(all_rows["group"]) if g != OVERALL), key=_natural)
+    if groups:
+        kind = "category" if dataset == "locomo" else "question type"
+        for metric in [m for m in metrics if m in ("judge", "f1", "R@5", "N@5")]:
+            if all(cell(all_rows, lab, metric) == "n/a" for lab in labels):
+                continue
+            names = [f"{g} {LOCOMO_CATEGORIES[g]}" if dataset == "locomo" and g in LOCOMO_CATEGORIES else g
+                     for g in groups]  # fmt: skip
+            out.append(f"### {metric_title(metric)} per {kind}")
+            rows = [[label, *[cell(all_rows, label, metric, group=g) for g in groups]] for label in labels]
+            out.append(markdown(["Method", *names], rows))
+    fit_ids = ", ".join(sorted(set(fit_split(dataset)))) if dataset == "locomo" else ""
+    for subset, what in (
+        ("held-out", f"the conversations nothing was fitted on (all but {fit_ids})"),
+        ("fit", f"the conversations the offline reader's constants were fitted on ({fit_ids})"),
+    ):
+        part = table[table["subset"] == subset]
+        n = int(part[(part["group"] == OVERALL)]["n"].max() or 0) if not part.empty else 0
+        if not n:
+            continue
+        out.append(f"### {subset.capitalize()}: {what}")
+        rows = [[label, *[cell(part, label, m) for m in metrics], *[cell(part, label, m, what="delta") for m in ("f1", "R@5")]]
+                for label in labels]  # fmt: skip
+        out.append(
+            markdown(
+                ["Method", *[metric_title(m) for m in metrics], "ΔF1 vs All-Mem", "ΔR@5 vs All-Mem"], rows
+            )
+        )
+        out.append(f"({n} questions.)")
+    note = _judge_note(runs)
+    if note:
+        out.append(note)
+    return "\n\n".join(out)
+
+
+def _natural(key: str) -> tuple:
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", key) if p)
+
+
+def stats_note() -> str:
+    return stats.describe() + "."

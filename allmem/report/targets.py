@@ -1,0 +1,312 @@
+"""The paper targets: which experiment files each table or figure needs, and how to run them.
+
+One registry for the Makefile (``python -m allmem.report.targets run TARGET``) and the summariser
+(``allmem report TARGET``): a target names experiment files under ``configs/experiment/``; each file holds its
+sweep in ``hydra.sweeper.params`` (the lists of methods live there, nowhere else). Running a target launches one
+Hydra multirun per experiment and dataset (complete runs are skipped by the runner, and a multirun whose points
+are all complete is not launched at all); summarising composes the same points, computes each one's config hash
+and reads the complete run directory with that hash, so a run is found whatever its directory is called.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, OmegaConf
+
+from allmem import rundir
+from allmem.paths import cache_dir
+from allmem.report.runs import Run, by_hash, find_runs
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+LOCOMO = "locomo"
+LME = "longmemeval_s"
+LME_SKIPPED = (
+    "LongMemEval-s: skipped (no LME=path/to/longmemeval_s_cleaned.json given; the file is not on this machine, "
+    "`allmem download longmemeval_s` fetches it where the Hugging Face hub is reachable)"
+)
+
+
+# All-Mem (no consolidation) with Stage 1 scored by BM25 or BM25 + dense: single-point experiments whose rows
+# Table 1 shows beside the methods of configs/experiment/table1.yaml.
+STAGE1_VARIANTS = ("stage1_bm25", "stage1_hybrid")
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    experiments: tuple[str, ...]
+    title: str
+
+
+TARGETS: dict[str, Target] = {
+    t.name: t
+    for t in (
+        Target("table1", ("table1", *STAGE1_VARIANTS), "Table 1: main results"),
+        Target("table2", ("table1",), "Table 2: cost"),
+        Target("table3", ("table1",), "Table 3: ATC per operator"),
+        Target("table4", ("ablations",), "Table 4: ablations"),
+        Target("ablations_hybrid", ("ablations_hybrid",), "Retrieval ablations of allmem_hybrid"),
+        Target("fig3", ("table1", "fig3", "fig3_anchors"), "Fig. 3: accuracy against generator input tokens"),
+        Target("fig4", ("fig4_theta", "fig4_dsigma"), "Fig. 4: sensitivity to theta and d_sigma"),
+        Target("fig5", ("fig5", "fig4_theta"), "Fig. 5: visible surface and Mem-Lat"),
+        Target("fig6", ("fig4_theta",), "Fig. 6: recoverability of archived units"),
+    )
+}
+ALIASES = {"ablations": ("table4",)}
+GROUPS = {
+    "tables": ("table1", "table2", "table3", "table4", "ablations_hybrid"),
+    "figures": ("fig3", "fig4", "fig5", "fig6"),
+    "paper": ("table1", "table2", "table3", "table4", "ablations_hybrid", "fig3", "fig4", "fig5", "fig6"),
+}
+# Experiments run in this order: table1 first, so the sweeps find its ingested banks; cheap ones before fig3.
+ORDER = ("table1", *STAGE1_VARIANTS, "ablations", "ablations_hybrid", "fig4_theta", "fig4_dsigma", "fig3",
+         "fig3_anchors", "fig5")  # fmt: skip
+
+
+def expand(names: Sequence[str]) -> list[str]:
+    """Target names with groups and aliases expanded, in registry order, without repeats."""
+    out: list[str] = []
+    for name in names:
+        parts = GROUPS.get(name) or ALIASES.get(name) or (name,)
+        for part in parts:
+            if part not in TARGETS:
+                known = ", ".join([*TARGETS, *ALIASES, *GROUPS])
+                raise SystemExit(f"unknown target {part!r}; known: {known}")
+            if part not in out:
+                out.append(part)
+    return [t for t in TARGETS if t in out]
+
+
+def experiments_of(targets: Sequence[str]) -> list[str]:
+    wanted = {e for t in expand(targets) for e in TARGETS[t].experiments}
+    return [e for e in ORDER if e in wanted] + sorted(wanted - set(ORDER))
+
+
+def dataset_overrides(lme: str | None) -> dict[str, list[str]]:
+    """The datasets every target runs on: LoCoMo always, LongMemEval-s when its file is given."""
+    out = {LOCOMO: [f"dataset={LOCOMO}"]}
+    if lme:
+        out[LME] = [f"dataset={LME}", f"dataset.path={Path(lme).expanduser().resolve()}"]
+    return out
+
+
+def _compose(overrides: Sequence[str], hydra_config: bool = False) -> DictConfig:
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides), return_hydra_config=hydra_config)
+
+
+@lru_cache(maxsize=64)
+def sweep_points(experiment: str, use_cache: bool = True) -> tuple[tuple[str, ...], ...]:
+    """The override list of every point of an experiment's ``hydra.sweeper.params`` (Hydra's own expansion)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    path = CONFIGS / "experiment" / f"{experiment}.yaml"
+    if not path.exists():
+        raise SystemExit(f"{path}: no such experiment file")
+    cache = _HashCache() if use_cache else None
+    key = f"sweep:{_fingerprint()}:{experiment}"
+    params = cache.data.get(key) if cache is not None else None
+    if params is None:
+        cfg = _compose([f"+experiment={experiment}"], hydra_config=True)
+        node = cfg.hydra.sweeper.params
+        params = {} if node is None else OmegaConf.to_container(node, resolve=False)  # none: a single point
+        if cache is not None:
+            cache.data[key], cache.dirty = params, True
+            cache.save()
+    assert isinstance(params, dict)
+    if not params:
+        return ((),)
+    parsed = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()])
+    batches = BasicSweeper.split_arguments(parsed, None)
+    return tuple(tuple(point) for batch in batches for point in batch)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One configuration of an experiment on one dataset, and its complete run if there is one."""
+
+    experiment: str
+    dataset: str
+    overrides: tuple[str, ...]
+    config_hash: str
+    run: Run | None
+
+    @property
+    def label(self) -> str:
+        return " ".join(self.overrides) or "(defaults)"
+
+
+@lru_cache(maxsize=1)
+def _fingerprint() -> str:
+    """What a composed config's hash depends on besides the overrides: every config file, the identity rules
+    (``allmem/rundir.py``) and the cache folder the configs interpolate."""
+    h = hashlib.sha256(os.environ.get("ALLMEM_CACHE", "").encode())
+    for path in sorted(CONFIGS.rglob("*.yaml")):
+        h.update(path.relative_to(CONFIGS).as_posix().encode() + b"\0" + path.read_bytes())
+    h.update(Path(rundir.__file__).read_bytes())
+    return h.hexdigest()[:16]
+
+
+@lru_cache(maxsize=16)
+def _digest(dataset: str, path: str | None, stamp: tuple[int, int]) -> str:
+    cfg = OmegaConf.create({"dataset": {"name": dataset, "path": path}})
+    return rundir.data_digest(cfg)
+
+
+def _data_digest(dataset: str, path: str | None) -> str:
+    """The runner's data digest, computed once per file version (size and modification time)."""
+    from allmem.paths import resolve_data_path
+
+    st = resolve_data_path(dataset, path).stat()
+    return _digest(dataset, path, (st.st_size, st.st_mtime_ns))
+
+
+class _HashCache:
+    """Config hashes of composed points, on disk: composing one point takes Hydra most of a second, and a
+    re-summarise of every paper target composes about fifty. Keyed by the overrides, the fingerprint of the
+    configs and identity rules, and the data digest; a miss composes."""
+
+    def __init__(self) -> None:
+        self.path = cache_dir() / "report" / "point_hashes.json"
+        try:
+            self.data: dict[str, dict] = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            self.data = {}
+        self.dirty = False
+
+    def config_hash(self, overrides: Sequence[str]) -> str:
+        key = hashlib.sha256(json.dumps([_fingerprint(), list(overrides)]).encode()).hexdigest()[:24]
+        entry = self.data.get(key)
+        if entry is not None:
+            digest = _data_digest(entry["dataset"], entry["path"])
+            if digest in entry["hashes"]:
+                return entry["hashes"][digest]
+        cfg = _compose(overrides)
+        path = cfg.dataset.get("path")
+        digest = _data_digest(str(cfg.dataset.name), None if path is None else str(path))
+        entry = {"dataset": str(cfg.dataset.name), "path": None if path is None else str(path), "hashes": {}}
+        entry["hashes"][digest] = rundir.config_hash(cfg, digest)
+        self.data[key] = entry
+        self.dirty = True
+        return entry["hashes"][digest]
+
+    def save(self) -> None:
+        if not self.dirty:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(self.data))
+        tmp.replace(self.path)
+
+
+def points(
+    experiment: str,
+    dataset: str,
+    ds_overrides: Sequence[str],
+    extra: Sequence[str],
+    runs: dict[str, Run],
+    hashes: _HashCache | None = None,
+) -> list[Point]:
+    cache = hashes or _HashCache()
+    out = []
+    for point in sweep_points(experiment):
+        h = cache.config_hash([f"+experiment={experiment}", *ds_overrides, *extra, *point])
+        out.append(Point(experiment, dataset, tuple(point), h, runs.get(h)))
+    if hashes is None:
+        cache.save()
+    return out
+
+
+def collect(
+    experiments: Sequence[str], root: Path, lme: str | None, extra: Sequence[str] = ()
+) -> dict[str, dict[str, list[Point]]]:
+    """``{experiment: {dataset: [Point]}}`` against the complete runs under ``root``."""
+    runs = by_hash(find_runs(root))
+    hashes = _HashCache()
+    found = {
+        exp: {ds: points(exp, ds, ov, extra, runs, hashes) for ds, ov in dataset_overrides(lme).items()}
+        for exp in experiments
+    }
+    hashes.save()
+    return found
+
+
+def run_experiments(
+    targets: Sequence[str],
+    root: Path,
+    jobs: int,
+    lme: str | None,
+    extra: Sequence[str],
+    dry_run: bool = False,
+) -> int:
+    """Launch one Hydra multirun per experiment and dataset whose points are not all complete."""
+    if not lme:
+        print(f"[allmem] {LME_SKIPPED}")
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1" if jobs > 1 else env.get("OMP_NUM_THREADS", ""))
+    env = {k: v for k, v in env.items() if v != ""}
+    for exp in experiments_of(targets):
+        for ds, pts in collect([exp], root, lme, extra)[exp].items():  # afresh: earlier multiruns made runs
+            done = sum(p.run is not None for p in pts)
+            if done == len(pts):
+                print(f"[allmem] {exp} on {ds}: {done}/{len(pts)} runs complete, nothing to run")
+                continue
+            cmd = [
+                sys.executable, "-m", "allmem.cli", "run", "-m", f"+experiment={exp}",
+                *dataset_overrides(lme)[ds], f"run.root={root}", "hydra/launcher=local",
+                f"hydra.launcher.n_jobs={jobs}", *extra,
+            ]  # fmt: skip
+            print(
+                f"[allmem] {exp} on {ds}: {done}/{len(pts)} complete; running:\n  {shlex.join(cmd[2:])}",
+                flush=True,
+            )
+            if dry_run:
+                continue
+            rc = subprocess.call(cmd, env=env)
+            if rc != 0:
+                print(f"[allmem] {exp} on {ds}: the multirun failed (exit {rc})", file=sys.stderr)
+                return rc
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m allmem.report.targets",
+        description="Run the experiments of paper targets (Hydra multiruns), or list them.",
+    )
+    parser.add_argument("action", choices=("run", "list"))
+    parser.add_argument(
+        "targets", nargs="+", help=f"targets or groups: {', '.join([*TARGETS, *ALIASES, *GROUPS])}"
+    )
+    parser.add_argument("--runs", type=Path, default=Path("results/runs/paper"), help="run root")
+    parser.add_argument("--jobs", type=int, default=2, help="parallel jobs (joblib launcher)")
+    parser.add_argument("--lme", default=None, help="path to longmemeval_s_cleaned.json (optional)")
+    parser.add_argument("--set", dest="extra", default="", help="extra Hydra overrides for every run, quoted")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    args = parser.parse_args(argv)
+    extra = shlex.split(args.extra)
+    if args.action == "list":
+        for exp, per_ds in collect(experiments_of(args.targets), args.runs, args.lme or None, extra).items():
+            for ds, pts in per_ds.items():
+                for p in pts:
+                    state = p.run.path if p.run else "missing"
+                    print(f"{exp:14s} {ds:14s} {p.label:40s} {p.config_hash} {state}")
+        return 0
+    return run_experiments(args.targets, args.runs, args.jobs, args.lme or None, extra, args.dry_run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""Every point of every paper experiment composes, instantiates and answers on a tiny dialogue; the launchers
+compose (the SLURM one is built, never submitted)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+
+from allmem.budget import pack
+from allmem.llm import build_llm
+from allmem.report.targets import CONFIGS, ORDER, TARGETS, sweep_points
+from allmem.runner import build, ingest
+from allmem.systems import MemorySystem, Resources
+from benchmarks import load_dataset
+
+EXPERIMENTS = sorted({e for t in TARGETS.values() for e in t.experiments})
+POINTS = [
+    (e, p) for e in EXPERIMENTS for p in sweep_points(e, use_cache=False)
+]  # collection: no cache writes
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cache_outside_the_checkout(tmp_path_factory):
+    """sweep_points caches under ALLMEM_CACHE: a temporary folder here."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ALLMEM_CACHE", str(tmp_path_factory.mktemp("allmem-cache")))
+    yield
+    mp.undo()
+
+
+def _compose(overrides: list[str], hydra_config: bool = False):
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        return compose(config_name="config", overrides=overrides, return_hydra_config=hydra_config)
+
+
+def test_every_target_experiment_exists_and_is_ordered():
+    for exp in EXPERIMENTS:
+        assert (CONFIGS / "experiment" / f"{exp}.yaml").is_file(), exp
+        assert exp in ORDER, f"{exp}: add it to targets.ORDER so `make paper` runs it"
+
+
+@pytest.mark.slow  # the real embedding model
+@pytest.mark.parametrize(("experiment", "point"), POINTS, ids=[f"{e}:{' '.join(p)}" for e, p in POINTS])
+def test_point_instantiates_and_answers_on_a_tiny_dialogue(
+    experiment, point, fixtures_dir, tmp_path, embedder
+):
+    cfg = _compose([f"+experiment={experiment}", f"dataset.path={fixtures_dir / 'locomo_tiny.json'}",
+                    f"paths.cache_dir={tmp_path}", *point])  # fmt: skip
+    for override in point:  # the sweep value reached the config
+        key, value = override.split("=", 1)
+        got = cfg.method.name if key == "method" else _select(cfg, key)
+        assert str(got) == value, override
+    dialogue = load_dataset(cfg.dataset)[0]
+    llm = build_llm(cfg.llm, run_dir=tmp_path, cache_dir=tmp_path / "llm")
+    system = build(cfg.method, resources=Resources(embedder=embedder, llm=llm, run_dir=tmp_path))
+    assert isinstance(system, MemorySystem)
+    ingest(system, dialogue, progress=False)
+    question = dialogue.questions[0]
+    result = system.retrieve(question.text, question.date)
+    assert result.units, f"{experiment} {point}: nothing retrieved"
+    assert pack(result.units, int(cfg.budget.tokens)).used_tokens <= int(cfg.budget.tokens)
+    if cfg.method.name.startswith("allmem") and cfg.get("atc") is not None and cfg.atc.enabled:
+        assert Path(cfg.method.bank_cache).is_relative_to(tmp_path), (
+            "paper runs keep banks under paths.cache_dir"
+        )
+        assert int(cfg.method.probe.queries) > 0
+
+
+def _select(cfg, key: str):
+    from omegaconf import OmegaConf
+
+    return OmegaConf.select(cfg, key)
+
+
+def test_local_launcher_composes_with_n_jobs():
+    cfg = _compose(["+experiment=fig3", "hydra/launcher=local", "hydra.launcher.n_jobs=3"], hydra_config=True)
+    assert cfg.hydra.launcher._target_.endswith("JoblibLauncher")
+    assert cfg.hydra.launcher.n_jobs == 3
+
+
+def test_slurm_launcher_composes_and_builds_without_submitting():
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    cfg = _compose(
+        ["+experiment=fig3", "hydra/launcher=slurm", "hydra.launcher.partition=cpu"], hydra_config=True
+    )
+    node = cfg.hydra.launcher
+    assert node._target_ == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
+    assert node.partition == "cpu" and node.cpus_per_task >= 1 and node.timeout_min > 0
+    assert any("OMP_NUM_THREADS=1" in line for line in node.setup)
+    launcher = instantiate(node)  # builds the launcher object; submitting would need launcher.setup + launch
+    assert type(launcher).__name__ == "SlurmLauncher"

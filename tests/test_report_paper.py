@@ -1,0 +1,215 @@
+"""The summarise step on hand-made run directories: numbers worked out by hand, missing runs named, files written."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from report_fixture import DIALOGUES, write_experiment, write_run
+
+from allmem.report import main as report_main
+from allmem.report.paper import summarise
+from allmem.report.targets import LME_SKIPPED, collect, expand, experiments_of, sweep_points
+
+N_Q = 8  # 2 dialogues x 4 questions
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cache_outside_the_checkout(tmp_path_factory):
+    """The report caches item scores and point hashes under ALLMEM_CACHE: a temporary folder here."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ALLMEM_CACHE", str(tmp_path_factory.mktemp("allmem-cache")))
+    yield
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def table1_root(tmp_path_factory):
+    """table1's methods: All-Mem answers everything, bm25 questions 0-3, the others nothing; naive_rag missing."""
+    root = tmp_path_factory.mktemp("runs")
+    rules = {"method=allmem": lambda i: True, "method=bm25": lambda i: i < 4}
+    write_experiment(
+        root, "table1", lambda label, i: rules.get(label, lambda i: False)(i), skip=["method=naive_rag"]
+    )
+    return root
+
+
+def test_table1_values_by_hand(table1_root, tmp_path):
+    summarise(["table1"], table1_root, tmp_path)
+    text = (tmp_path / "tables" / "table1.md").read_text()
+    # All-Mem: F1 = 1 on every question, a constant: the interval has zero width.
+    assert "| allmem | n/a | 100.00 [100.00, 100.00] |" in text
+    # bm25 is right on questions 0-3 (conv-26) of 8 -> mean 50; against All-Mem d = (0,0,0,0,-1,-1,-1,-1): exact
+    # sign-flip test (2^8 <= 10000 patterns), |mean d| = 0.5 only when the four -1 agree: 2 * 2^4 / 2^8 = 0.125.
+    assert "-50.00 (p 0.125)" in text
+    frame = pd.read_csv(tmp_path / "tables" / "table1.csv")
+    row = frame[
+        (frame.label == "bm25")
+        & (frame.metric == "f1")
+        & (frame.group == "overall")
+        & (frame.subset == "all")
+    ]
+    assert row["mean"].item() == 50.0 and row["n"].item() == N_Q
+    assert row["ci_low"].item() < 50.0 < row["ci_high"].item()
+    # held out = conv-44 (questions 4-7): bm25 answers none of them there
+    held = frame[(frame.label == "bm25") & (frame.metric == "f1") & (frame.subset == "held-out")]
+    assert held["mean"].item() == 0.0 and held["n"].item() == 4
+    # naive_rag was left missing: named, never a number
+    assert "Missing (not run, failed or incomplete) in table1 on locomo: method=naive_rag" in text
+    assert "| naive_rag |" not in text
+    assert LME_SKIPPED in text
+    assert "2000 resamples" in text and "git 0123456789" in text and "offline backend" in text
+    assert "Context tokens" in text and "| 200 |" in text
+
+
+def test_table2_cost_by_hand(table1_root, tmp_path):
+    summarise(["table2", "table3"], table1_root, tmp_path)
+    cost = pd.read_csv(tmp_path / "tables" / "table2.csv").set_index("method")
+    # per dialogue: ingest 2 s + stream end 1 s, 10 turns; All-Mem spent 2 x 500 ms in ATC runs per dialogue
+    assert cost.loc["bm25", "write_ms_per_turn"] == pytest.approx(300.0)
+    assert cost.loc["allmem", "write_ms_per_turn"] == pytest.approx((3000 - 1000) / 10)
+    # 4 ATC runs of 580 tokens and 500 ms over 2 x (6 + 4) turns
+    assert cost.loc["allmem", "atc_events"] == 4
+    assert cost.loc["allmem", "atc_tokens_per_event"] == pytest.approx(580)
+    assert cost.loc["allmem", "atc_tokens_per_turn"] == pytest.approx(4 * 580 / 20)
+    assert cost.loc["allmem", "atc_s_per_turn"] == pytest.approx(4 * 0.5 / 20)
+    assert cost.loc["allmem", "write_tokens_per_turn"] == pytest.approx(120 / 20)
+    assert pd.isna(cost.loc["bm25", "usd"])  # offline: never priced
+    t3 = pd.read_csv(tmp_path / "tables" / "table3.csv")
+    assert set(t3["method"]) == {"allmem", "allmem_hybrid"}  # the methods that consolidate
+    t3 = t3[t3["method"] == "allmem"].set_index("stage")
+    assert t3.loc["merge", "events"] == 4 and t3.loc["merge", "executed"] == 4
+    assert t3.loc["split", "noop"] == 4 and t3.loc["split", "tokens_per_event"] == pytest.approx(30)
+    assert t3.loc["diagnosis", "events"] == 4 * 5
+
+
+def test_figures_and_parquet(tmp_path):
+    root = tmp_path / "runs"
+    for exp in ("table1", "fig3", "fig3_anchors", "fig4_theta", "fig4_dsigma", "fig5"):
+        write_experiment(root, exp, lambda label, i: (hash(label) + i) % 3 != 0)
+    out = tmp_path / "out"
+    written = summarise(["figures"], root, out)
+    for name in ("fig3", "fig4", "fig5", "fig6"):
+        for ext in ("png", "pdf"):
+            path = out / "figures" / f"{name}.{ext}"
+            assert path in written and path.stat().st_size > 10_000, path
+    table = pd.read_parquet(out / "tables" / "per_question.parquet")
+    n_runs = table["config_hash"].nunique()
+    assert len(table) == n_runs * N_Q
+    assert {"method", "dataset", "cfg.method.retrieval.K", "score.f1", "latency_ms.stage1"} <= set(
+        table.columns
+    )
+    assert set(table["dialogue_id"]) == set(DIALOGUES)
+
+
+def test_targets_registry_expands_groups_and_orders_experiments():
+    assert expand(["paper"]) == [
+        "table1", "table2", "table3", "table4", "ablations_hybrid", "fig3", "fig4", "fig5", "fig6"
+    ]  # fmt: skip
+    assert expand(["ablations"]) == ["table4"]
+    assert experiments_of(["fig3"]) == ["table1", "fig3", "fig3_anchors"]
+    assert experiments_of(["table1"]) == ["table1", "stage1_bm25", "stage1_hybrid"]
+    with pytest.raises(SystemExit, match="unknown target"):
+        expand(["table9"])
+
+
+def test_sweep_points_are_hydras_cartesian_product():
+    pts = sweep_points("fig3")
+    assert len(pts) == 4 * 3
+    assert ("method.retrieval.K=16", "method.retrieval.L=40") in pts
+
+
+def test_collect_finds_runs_by_config_hash_not_by_name(tmp_path):
+    path = write_run(tmp_path, ["+experiment=table1", "dataset=locomo", "method=bm25"], lambda i: True)
+    renamed = path.parent / "some-other-name"
+    path.rename(renamed)
+    found = collect(["table1"], tmp_path, None)
+    runs = [p.run for p in found["table1"]["locomo"] if p.run is not None]
+    assert [r.path for r in runs] == [renamed]
+
+
+def test_cli_sweep_summary(tmp_path, capsys):
+    root = tmp_path / "runs"
+    for K in (4, 16):
+        write_run(root, ["method=allmem", f"method.retrieval.K={K}"], lambda i, K=K: i < K // 2)
+    assert report_main(["sweep", "--runs", str(root), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "tables" / "sweep.md").read_text()
+    assert "method.retrieval.K" in text
+    assert "| 4 | n/a | 25.00 [" in text and "| 16 | n/a | 100.00 [100.00, 100.00]" in text
+    assert (tmp_path / "out" / "figures" / "sweep.png").stat().st_size > 10_000
+
+
+def test_driver_launches_only_incomplete_experiments(tmp_path, capsys):
+    from allmem.report.targets import main as targets_main
+
+    write_experiment(tmp_path, "table1", lambda label, i: True)
+    assert targets_main(["run", "fig3", "--runs", str(tmp_path), "--jobs", "3", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    n = len(sweep_points("table1"))
+    assert f"table1 on locomo: {n}/{n} runs complete, nothing to run" in out
+    assert "fig3 on locomo: 1/12 complete; running:" in out  # the default point is Table 1's All-Mem run
+    assert (
+        "run -m +experiment=fig3 dataset=locomo" in out
+        and "hydra/launcher=local hydra.launcher.n_jobs=3" in out
+    )
+    assert LME_SKIPPED in out
+
+
+def test_table1_shows_the_stage1_variants_by_experiment(table1_root, tmp_path):
+    """stage1_bm25 runs allmem_noatc: its row is named by the experiment, beside table1's own allmem_noatc."""
+    root = tmp_path / "runs"
+    write_experiment(root, "table1", lambda label, i: label == "method=allmem_noatc")
+    write_experiment(root, "stage1_bm25", lambda label, i: i < 2)
+    summarise(["table1"], root, tmp_path / "out")
+    frame = pd.read_csv(tmp_path / "out" / "tables" / "table1.csv")
+    f1 = frame[(frame.metric == "f1") & (frame.group == "overall") & (frame.subset == "all")].set_index(
+        "label"
+    )
+    assert f1.loc["allmem_noatc", "mean"] == 100.0
+    assert f1.loc["allmem_noatc,experiment=stage1_bm25", "mean"] == 25.0  # 2 of 8
+    text = (tmp_path / "out" / "tables" / "table1.md").read_text()
+    assert "in stage1_hybrid on locomo: (defaults)" in text  # not run: named as missing
+
+
+def test_ablations_hybrid_by_hand(tmp_path):
+    """allmem_hybrid answers all 8; w/o lexical only the fit conversation's 4 (conv-26), the others nothing."""
+    root = tmp_path / "runs"
+    rules = {"method=allmem_hybrid": lambda i: True, "method=allmem_hybrid_nolex": lambda i: i < 4}
+    write_experiment(root, "ablations_hybrid", lambda label, i: rules.get(label, lambda i: False)(i))
+    summarise(["ablations_hybrid"], root, tmp_path / "out")
+    frame = pd.read_csv(tmp_path / "out" / "tables" / "ablations_hybrid.csv")
+    nolex = frame[(frame.label == "allmem_hybrid_nolex") & (frame.metric == "R@5")].set_index("subset")
+    assert nolex.loc["fit", "mean"] == 100.0 and nolex.loc["fit", "delta"] == 0.0
+    assert nolex.loc["held-out", "mean"] == 0.0 and nolex.loc["held-out", "delta"] == -100.0
+    assert nolex.loc["all", "mean"] == 50.0 and nolex.loc["held-out", "n"] == 4
+    # four -1 differences on the held-out five: exact sign-flip p = 2 / 2^4
+    assert nolex.loc["held-out", "p"] == pytest.approx(0.125)
+    text = (tmp_path / "out" / "tables" / "ablations_hybrid.md").read_text()
+    assert text.index("### Held-out") < text.index("### Fit") < text.index("### All")
+    assert "w/o lexical channel" in text and "offline backend" in text
+
+
+def test_table1_names_a_shared_run_by_its_own_experiment(tmp_path):
+    """A run made by another experiment with the same config (here ablations' All-Mem) is Table 1's `allmem`."""
+    root = tmp_path / "runs"
+    write_run(root, ["+experiment=ablations", "dataset=locomo", "method=allmem"], lambda i: True)
+    summarise(["table1"], root, tmp_path / "out")
+    frame = pd.read_csv(tmp_path / "out" / "tables" / "table1.csv")
+    assert set(frame["label"]) == {"allmem"}
+
+
+def test_item_cache_never_stores_records_other_than_the_bytes_hashed(tmp_path, monkeypatch):
+    """Scores of a file that changed between hashing and reading are used once, not cached under the digest."""
+    from allmem.report import items
+    from allmem.report.runs import find_runs
+
+    rule, tokens = (
+        (lambda i: i in (2, 5, 7)),
+        (lambda i: 123 + i),
+    )  # content no other test writes: not cached yet
+    write_run(tmp_path, ["+experiment=table1", "dataset=locomo", "method=bm25"], rule, tokens)
+    run = find_runs(tmp_path)[0]
+    half = run.records()[:4]
+    monkeypatch.setattr(type(run), "records", lambda self: half)  # what a reader racing a rewrite would see
+    assert len(items.item_frame(run)) == 4
+    monkeypatch.undo()
+    assert len(items.item_frame(find_runs(tmp_path)[0])) == N_Q  # rescored from the file, not the torn read
