@@ -50,7 +50,7 @@ setup: $(STAMP) ## Create .venv and install torch (CPU build; TORCH_INDEX= for P
 test: $(STAMP) ## Run the whole test suite (offline; what CI runs)
 	$(PY) -m pytest tests
 
-test-fast: $(STAMP) ## The suite without the tests marked slow (real LoCoMo, real embedding model)
+test-fast: $(STAMP) ## The suite without the tests marked slow (real LoCoMo, real embedding model, over ~10 s)
 	$(PY) -m pytest tests -m "not slow"
 
 reproduce: $(STAMP) ## Table 1 on the full LoCoMo (every method, offline backend), with its cost tables; prints it

@@ -1,6 +1,7 @@
 """Shared fixtures and the suite's guards.
 
-- ``slow``: every test that loads the real embedding model or the real LoCoMo. ``make test`` runs everything
+- ``slow``: every test that loads the real embedding model or the real LoCoMo, and the few that take more than
+  about ten seconds (CLI runs in subprocesses, figures, the notebook). ``make test`` runs everything
   (CI), ``make test-fast`` skips them. A test that asks for the ``locomo_path`` or ``embedder`` fixture is
   marked here, so the marker cannot be forgotten; a test that is not marked and still loads the real model
   fails and says so.

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import pytest
 from hydra import compose, initialize_config_dir
 
 from allmem.budget import context_line, pack
@@ -62,6 +63,7 @@ def _feed(system, n_sessions: int = 8, per_session: int = 16) -> None:
     system.end_stream()
 
 
+@pytest.mark.slow
 def test_variant_fills_the_budget_and_pack_stops_at_a_unit_boundary(tmp_path) -> None:
     variant, paper = _system(tmp_path), _system(tmp_path, "allmem")
     _feed(variant), _feed(paper)

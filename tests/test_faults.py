@@ -83,6 +83,7 @@ def test_a_listener_that_never_answers_fails_at_the_probe(tmp_path):
     assert run_dirs(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_an_endpoint_that_hangs_on_chat_calls_trips_the_breaker(tmp_path):
     """Alive for the probe, then every chat call times out: a warning per retry, the breaker stops the run after
     two failed calls, the failed question is recorded with its error, nothing is sealed."""
@@ -113,6 +114,7 @@ def test_an_endpoint_that_hangs_on_chat_calls_trips_the_breaker(tmp_path):
     assert manifest["attempts"][-1]["status"] == "stopped" and manifest["attempts"][-1]["failed"] == 1
 
 
+@pytest.mark.slow
 def test_failed_questions_are_recorded_not_sealed_and_a_rerun_retries_exactly_them(tmp_path):
     stub = StubLLM().start()
     stub.script(("status", 500))  # the first answer call fails (no retries allowed); everything else answers
@@ -213,6 +215,7 @@ def test_a_traceback_only_when_asked_for(tmp_path):
 # ------------------------------------------------------------------ 2. one run per directory at a time
 
 
+@pytest.mark.slow
 def test_a_second_run_of_the_same_config_fails_at_once_and_a_killed_holder_never_blocks(tmp_path):
     stub = StubLLM().start()
     stub.script(("delay", 15.0))  # the first chat call hangs: the first run holds the lock meanwhile
@@ -331,6 +334,7 @@ def test_a_lone_surrogate_is_rejected_by_the_loader_with_file_sample_and_field(t
     assert run_dirs(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_a_one_megabyte_turn_ingests(tmp_path):
     words = "Caroline went to the Pottery class on Friday with Melanie and 3 friends from the support group".split()
     text = " ".join(words[i % len(words)] for i in range(180_000)) + "."
@@ -356,6 +360,7 @@ def test_empty_inputs_are_errors_not_complete_runs(tmp_path):
     assert run_dirs(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_degenerate_items_are_counted_and_warned_about(tmp_path):
     def edit(raw: list[dict]) -> None:
         conv = raw[0]["conversation"]
@@ -380,6 +385,7 @@ def test_degenerate_items_are_counted_and_warned_about(tmp_path):
 # ------------------------------------------------------------------ 7. small but real
 
 
+@pytest.mark.slow
 def test_run_files_honour_the_umask(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "allmem.cli", "run", *common(tmp_path), "method=bm25", f"dataset.path={TINY}"],

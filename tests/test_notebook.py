@@ -45,6 +45,7 @@ def _outputs(nb, kind: str) -> list[str]:
     return texts
 
 
+@pytest.mark.slow
 def test_notebook_runs_on_a_small_results_folder(results, monkeypatch):
     monkeypatch.setenv("ALLMEM_RESULTS", str(results))
     nb = nbformat.read(NOTEBOOK, as_version=4)

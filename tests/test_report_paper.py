@@ -82,6 +82,7 @@ def test_table2_cost_by_hand(table1_root, tmp_path):
     assert t3.loc["diagnosis", "events"] == 4 * 5
 
 
+@pytest.mark.slow
 def test_figures_and_parquet(tmp_path):
     root = tmp_path / "runs"
     for exp in ("table1", "fig3", "fig3_anchors", "fig4_theta", "fig4_dsigma", "fig5"):
