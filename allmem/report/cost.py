@@ -49,14 +49,18 @@ def run_cost(run: Run) -> dict[str, Any]:
     turns = sum(int(s.get("turns", 0)) for s in stats)
     phases = dict(run.metrics.get("cost") or {})
     reused = run.reused_bank
-    write_tokens = _tokens(phases.get("write"))
-    if reused:  # ingestion happened in the run that built the banks: use what it measured
-        ingest_s = sum(float((s.get("bank_cache") or {}).get("ingest_s") or 0.0) for s in stats)
-        write_tokens = sum(
-            _tokens(((s.get("bank_cache") or {}).get("calls") or {}).get("write")) for s in stats
-        )
-    else:
-        ingest_s = sum(float(s.get("ingest_s", 0.0)) + float(s.get("end_stream_s", 0.0)) for s in stats)
+    # Per dialogue: a bank loaded from the cache was ingested by the run that built it, so its time and write
+    # tokens are the ones measured there; a dialogue that missed the cache (e.g. its bank was still being built
+    # by a run in parallel) was ingested here and is costed from this run's own stats and ledger.
+    write_tokens = _tokens(phases.get("write"))  # this run's own write calls: the dialogues it ingested
+    ingest_s = 0.0
+    for s in stats:
+        cache = s.get("bank_cache") or {}
+        if cache.get("hit"):
+            ingest_s += float(cache.get("ingest_s") or 0.0)
+            write_tokens += _tokens((cache.get("calls") or {}).get("write"))
+        else:
+            ingest_s += float(s.get("ingest_s", 0.0)) + float(s.get("end_stream_s", 0.0))
     atc_runs = run.events("run")
     atc_ms = sum(float(e.get("latency_ms", 0.0)) for e in atc_runs)
     atc_tokens = sum(float(e.get("tokens", 0)) for e in atc_runs)
