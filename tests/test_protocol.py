@@ -48,6 +48,7 @@ def ks_run(tmp_path_factory, cache_dir, fixtures_dir) -> Path:
     return run(_cfg(overrides), overrides)
 
 
+@pytest.mark.slow
 def test_protocol_ks_are_honoured_by_the_run(ks_run):
     metrics = json.loads((ks_run / rundir.METRICS).read_text())
     assert metrics["ks"] == [1, 2] and metrics["table_k"] == 2
@@ -64,6 +65,7 @@ def test_protocol_ks_are_honoured_by_the_run(ks_run):
         )
 
 
+@pytest.mark.slow
 def test_score_command_and_report_use_the_runs_protocol(ks_run):
     out = subprocess.run(
         [sys.executable, "-m", "allmem.cli", "score", str(ks_run)], capture_output=True, text=True, check=True
@@ -81,6 +83,7 @@ def test_score_command_and_report_use_the_runs_protocol(ks_run):
     assert json.loads(other.stdout)["ks"] == [1, 5]
 
 
+@pytest.mark.slow
 def test_the_protocol_frames_questions_and_picks_templates(ks_run):
     """Category 5 goes out as the two-option prompt, the others as the LoCoMo prompt, as the ledger shows."""
     records = {r["question_id"]: r for r in rundir.read_jsonl(ks_run / rundir.PREDICTIONS)}

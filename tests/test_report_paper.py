@@ -33,6 +33,7 @@ def table1_root(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 def test_table1_values_by_hand(table1_root, tmp_path):
     summarise(["table1"], table1_root, tmp_path)
     text = (tmp_path / "tables" / "table1.md").read_text()
@@ -139,6 +140,7 @@ def test_cli_sweep_summary(tmp_path, capsys):
     assert (tmp_path / "out" / "figures" / "sweep.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_driver_launches_only_incomplete_experiments(tmp_path, capsys):
     from allmem.report.targets import main as targets_main
 
@@ -155,6 +157,7 @@ def test_driver_launches_only_incomplete_experiments(tmp_path, capsys):
     assert LME_SKIPPED in out
 
 
+@pytest.mark.slow
 def test_table1_shows_the_stage1_variants_by_experiment(table1_root, tmp_path):
     """stage1_bm25 runs allmem_noatc: its row is named by the experiment, beside table1's own allmem_noatc."""
     root = tmp_path / "runs"
@@ -171,6 +174,7 @@ def test_table1_shows_the_stage1_variants_by_experiment(table1_root, tmp_path):
     assert "in stage1_hybrid on locomo: (defaults)" in text  # not run: named as missing
 
 
+@pytest.mark.slow
 def test_ablations_hybrid_by_hand(tmp_path):
     """allmem_hybrid answers all 8; w/o lexical only the fit conversation's 4 (conv-26), the others nothing."""
     root = tmp_path / "runs"

@@ -170,6 +170,7 @@ def test_two_options_is_seeded_and_holds_the_gold():
     assert [two_options(q, 0) for q in qs] != [two_options(q, 7) for q in qs]
 
 
+@pytest.mark.slow
 def test_multirun_and_report(tmp_path, cache_dir, fixtures_dir):
     tiny = fixtures_dir / "locomo_tiny.json"
     subprocess.run(
