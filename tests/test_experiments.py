@@ -22,15 +22,6 @@ POINTS = [
 ]  # collection: no cache writes
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _cache_outside_the_checkout(tmp_path_factory):
-    """sweep_points caches under ALLMEM_CACHE: a temporary folder here."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ALLMEM_CACHE", str(tmp_path_factory.mktemp("allmem-cache")))
-    yield
-    mp.undo()
-
-
 def _compose(overrides: list[str], hydra_config: bool = False):
     with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
         return compose(config_name="config", overrides=overrides, return_hydra_config=hydra_config)

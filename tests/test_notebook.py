@@ -14,15 +14,6 @@ from allmem.report.paper import summarise
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "analysis.ipynb"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _cache_outside_the_checkout(tmp_path_factory):
-    """The report caches item scores and point hashes under ALLMEM_CACHE: a temporary folder here."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ALLMEM_CACHE", str(tmp_path_factory.mktemp("allmem-cache")))
-    yield
-    mp.undo()
-
-
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("runs")

@@ -13,15 +13,6 @@ from allmem.report.targets import LME_SKIPPED, collect, expand, experiments_of, 
 N_Q = 8  # 2 dialogues x 4 questions
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _cache_outside_the_checkout(tmp_path_factory):
-    """The report caches item scores and point hashes under ALLMEM_CACHE: a temporary folder here."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ALLMEM_CACHE", str(tmp_path_factory.mktemp("allmem-cache")))
-    yield
-    mp.undo()
-
-
 @pytest.fixture(scope="module")
 def table1_root(tmp_path_factory):
     """table1's methods: All-Mem answers everything, bm25 questions 0-3, the others nothing; naive_rag missing."""
