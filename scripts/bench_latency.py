@@ -14,11 +14,13 @@ Not a timed test: timings depend on the machine, so every table prints ratios ne
    (top 100 of the surface) at the same N, and the variant's whole Mem-Lat (fused Stage 1, neighbour Stage 3)
    up to ``--variant-max``. Index building is reported apart, as the paper does. The 10^6 bank needs about
    9 GB of memory and several minutes to build.
-3. IVF trade-off: recall@10 and Stage 1 latency of the same IVF index at several probe counts (``--nprobes``).
-   Why it is printed: the synthetic generator draws N/25 topics, so the number of clusters grows linearly with N
-   while IVF's lists grow as 4 sqrt(N); at 10^6 one list holds about a dozen topics whose members are noisy, and
-   recall at the config's ``ivf_nprobe`` falls far below its 10^4 and 10^5 values. The table shows what each
-   extra share of lists probed buys, so a user with a large bank can choose ``method.vector.ivf_nprobe``.
+3. Approximate kinds side by side: recall@10 and Stage 1 latency of the config's kind (PQ fast scan) at several
+   re-scoring depths (``--refines``, candidates = refine x 10), and of an IVF index on the same bank at several
+   probe counts (``--nprobes``; empty to skip its build). Why it is printed: the generator draws N/25 topics, so
+   clusters grow linearly with N while IVF's lists grow as 4 sqrt(N); at 10^6 one list holds about a dozen
+   topics whose members are noisy, and IVF needs a third of its lists for a recall@10 of 0.95, while a scan of
+   every 4-bit code followed by exact re-scoring does not depend on how the bank clusters. The table lets a
+   user with a large bank choose ``method.vector`` settings from measured numbers.
 
     python scripts/bench_latency.py                          # both parts (make bench)
     python scripts/bench_latency.py --sizes 10000 100000 --locomo 1 --queries 100
@@ -202,30 +204,54 @@ def _median_memlat(r: Retriever, queries: np.ndarray, texts: list[str], warmup: 
     return statistics.median(out)
 
 
-def ivf_tradeoff(
-    approx: SurfaceIndex, exact: SurfaceIndex, queries: np.ndarray, nprobes: Sequence[int]
-) -> list[tuple[int, float, float]]:
-    """(nprobe, recall@10, median Stage 1 ms) of the built IVF index at each probe count; the config's own
-    ``ivf_nprobe`` is restored afterwards."""
-    index = approx._faiss
-    if index is None or not hasattr(index, "nprobe"):
-        return []
+def _recall_and_ms(index: SurfaceIndex, queries: np.ndarray, truth: list[set[str]]) -> tuple[float, float]:
+    hits, ms = 0, []
+    for q, gold in zip(queries, truth, strict=True):
+        t0 = time.perf_counter()
+        found = index.search(q, 10)
+        ms.append(1000 * (time.perf_counter() - t0))
+        hits += len(gold & {u for u, _ in found})
+    return hits / (10 * len(queries)), statistics.median(ms)
+
+
+def tradeoff(
+    approx: SurfaceIndex,
+    exact: SurfaceIndex,
+    queries: np.ndarray,
+    refines: Sequence[int],
+    nprobes: Sequence[int],
+    vector: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """Rows (kind, setting, recall@10, median Stage 1 ms, build s): the built PQ index at each re-scoring depth
+    (its configured one restored afterwards), then an IVF index built on the same surface at each probe count."""
     truth = [{u for u, _ in exact.search(q, 10)} for q in queries]
-    keep, out = index.nprobe, []
-    for nprobe in sorted({min(int(p), index.nlist) for p in nprobes}):
-        index.nprobe = nprobe
-        hits, ms = 0, []
-        for q, gold in zip(queries, truth, strict=True):
-            t0 = time.perf_counter()
-            found = approx.search(q, 10)
-            ms.append(1000 * (time.perf_counter() - t0))
-            hits += len(gold & {u for u, _ in found})
-        out.append((index.nprobe, hits / (10 * len(queries)), statistics.median(ms)))
-    index.nprobe = keep
+    out: list[dict[str, Any]] = []
+    if approx._built_kind == "pq":
+        keep = approx.refine
+        for refine in sorted(set(refines)):
+            approx.refine = refine
+            rec, ms = _recall_and_ms(approx, queries, truth)
+            out.append(
+                {"kind": f"pq (M={approx.pq_m})", "setting": f"refine {refine}", "recall": rec, "ms": ms}
+            )
+        approx.refine = keep
+    if nprobes:
+        ivf = SurfaceIndex(exact.bank, **{**vector, "backend": "faiss", "faiss_kind": "ivf"})
+        t0 = time.perf_counter()
+        ivf.sync()
+        build = time.perf_counter() - t0
+        index = ivf._faiss
+        for nprobe in sorted({min(int(p), index.nlist) for p in nprobes}):
+            index.nprobe = nprobe
+            rec, ms = _recall_and_ms(ivf, queries, truth)
+            out.append({"kind": f"ivf ({index.nlist:,} lists)", "setting": f"nprobe {nprobe} "
+                        f"({nprobe / index.nlist:.1%})", "recall": rec, "ms": ms, "build_s": build})  # fmt: skip
     return out
 
 
-def synthetic_row(n: int, n_queries: int, with_variant: bool, nprobes: Sequence[int] = ()) -> dict[str, Any]:
+def synthetic_row(
+    n: int, n_queries: int, with_variant: bool, refines: Sequence[int] = (), nprobes: Sequence[int] = ()
+) -> dict[str, Any]:
     t0 = time.perf_counter()
     bank = build_bank(n)
     row: dict[str, Any] = {"n": n, "visible": bank.n_visible, "build_s": time.perf_counter() - t0}
@@ -233,13 +259,12 @@ def synthetic_row(n: int, n_queries: int, with_variant: bool, nprobes: Sequence[
     texts = query_texts(n_queries)
     paper, vector = retrieval_and_vector("allmem")
     variant, _ = retrieval_and_vector("allmem_hybrid")
-    approx = {**vector, "backend": "faiss", "faiss_kind": vector.get("approx_kind", "ivf")}
+    approx = {**vector, "backend": "faiss", "faiss_kind": vector.get("approx_kind", "pq")}
     exact_index = SurfaceIndex(bank, backend="numpy")
     approx_index = SurfaceIndex(bank, **approx)
     t0 = time.perf_counter()
     approx_index.sync()
     row["approx_build_s"] = time.perf_counter() - t0
-    row["nlist"] = int(getattr(approx_index._faiss, "nlist", 0))
     row["approx_kind"] = approx["faiss_kind"]
     hits, s1_exact, s1_approx = 0, [], []
     for q in queries:
@@ -253,9 +278,7 @@ def synthetic_row(n: int, n_queries: int, with_variant: bool, nprobes: Sequence[
         hits += len({u for u, _ in truth} & {u for u, _ in found})
     row["recall@10"] = hits / (10 * len(queries))
     row["s1_exact"], row["s1_approx"] = statistics.median(s1_exact), statistics.median(s1_approx)
-    row["tradeoff"] = (
-        ivf_tradeoff(approx_index, exact_index, queries, nprobes) if row["approx_kind"] == "ivf" else []
-    )
+    row["tradeoff"] = tradeoff(approx_index, exact_index, queries, refines, nprobes, vector)
     no_embed = _NoEmbedder()
     exact_vec = {**vector, "backend": "numpy"}
     row["memlat_exact"] = _median_memlat(Retriever(bank, no_embed, paper, exact_vec), queries, texts)
@@ -337,19 +360,14 @@ def print_tradeoff(rows: list[dict[str, Any]]) -> None:
     rows = [r for r in rows if r.get("tradeoff")]
     if not rows:
         return
-    print("\n## IVF: recall@10 against exact search and median Stage 1 ms, by lists probed\n")
-    print("| N | lists | nprobe | share of lists | recall@10 | S1 approx ms |")
-    print("|---|---|---|---|---|---|")
+    print("\n## Approximate search: recall@10 against exact search and median Stage 1 ms, by setting\n")
+    print("| N | kind | setting | recall@10 | S1 approx ms | vs exact S1 | build s |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
-        for nprobe, rec, ms in r["tradeoff"]:
-            cells = [
-                f"{r['n']:,}",
-                f"{r['nlist']:,}",
-                str(nprobe),
-                f"{nprobe / r['nlist']:.1%}",
-                f"{rec:.3f}",
-                fmt(ms),
-            ]
+        for t in r["tradeoff"]:
+            build = t.get("build_s", r["approx_build_s"])
+            cells = [f"{r['n']:,}", t["kind"], t["setting"], f"{t['recall']:.3f}", fmt(t["ms"]),
+                     f"{t['ms'] / r['s1_exact']:.3f}x", f"{build:.0f}"]  # fmt: skip
             print("| " + " | ".join(cells) + " |", flush=True)
 
 
@@ -363,8 +381,12 @@ def main(argv: list[str] | None = None) -> int:
         help="largest N at which the whole variant is timed (its link index adds memory at 10^6)",
     )  # fmt: skip
     ap.add_argument(
+        "--refines", type=int, nargs="*", default=[1, 2, 5, 10, 20],
+        help="PQ re-scoring depths (x 10 candidates) for the trade-off table (the config's refine is the main row)",
+    )  # fmt: skip
+    ap.add_argument(
         "--nprobes", type=int, nargs="*", default=[16, 64, 256, 1024],
-        help="IVF lists probed for the recall / latency trade-off table (the config's ivf_nprobe is the main row)",
+        help="IVF lists probed in the trade-off table (an IVF index is built for it; none given: no IVF rows)",
     )  # fmt: skip
     args = ap.parse_args(argv)
 
@@ -374,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
         print_synthetic_head()
         rows = []
         for n in args.sizes:
-            rows.append(synthetic_row(n, args.queries, n <= args.variant_max, args.nprobes))
+            rows.append(synthetic_row(n, args.queries, n <= args.variant_max, args.refines, args.nprobes))
             print_synthetic_row(rows[-1])
             log(f"synthetic N={n:,} done")
         print_tradeoff(rows)

@@ -58,10 +58,10 @@ def test_faiss_index_follows_appends_archives_and_descriptors() -> None:
     assert idx.search(q, 1) == [(target, pytest.approx(1.0))]
 
 
-@pytest.mark.parametrize("kind", ["ivf", "hnsw"])
+@pytest.mark.parametrize("kind", ["pq", "ivf", "hnsw"])
 def test_approximate_faiss_kinds_find_most_true_neighbours(kind: str) -> None:
     bank = _random_bank(1500, dim=16, seed=3)
-    idx = SurfaceIndex(bank, backend="faiss", faiss_kind=kind, ivf_nprobe=32)
+    idx = SurfaceIndex(bank, backend="faiss", faiss_kind=kind, ivf_nprobe=32, pq_m=8)
     rng = np.random.default_rng(4)
     hits = total = 0
     for _ in range(10):
@@ -86,10 +86,11 @@ def test_bad_backend_is_named() -> None:
         SurfaceIndex(MemoryBank(dim=4), backend="annoy")
 
 
-def test_auto_backend_is_exact_below_the_threshold_and_approximate_above() -> None:
+@pytest.mark.parametrize("kind", ["pq", "ivf"])
+def test_auto_backend_is_exact_below_the_threshold_and_approximate_above(kind: str) -> None:
     bank = _random_bank(1500, dim=16, seed=5)
     small = SurfaceIndex(bank, backend="auto", approx_from=10_000)
-    large = SurfaceIndex(bank, backend="auto", approx_from=500, ivf_nprobe=64)
+    large = SurfaceIndex(bank, backend="auto", approx_from=500, approx_kind=kind, pq_m=8, ivf_nprobe=64)
     assert not small.uses_faiss() and large.uses_faiss()
     rng = np.random.default_rng(6)
     hits = 0
@@ -99,10 +100,41 @@ def test_auto_backend_is_exact_below_the_threshold_and_approximate_above() -> No
         truth = _brute_force(bank, q, 10, "visible")
         assert [u for u, _ in small.search(q, 10)] == truth
         hits += len(set(truth) & {u for u, _ in large.search(q, 10)})
-    assert large._built_kind == "ivf" and small._faiss is None
-    assert hits >= 90  # 1000 visible units: 25 lists (39 points each), all probed
+    assert large._built_kind == kind and small._faiss is None
+    assert hits >= 90  # 1000 visible units: PQ 4-byte codes, the best 100 re-scored; IVF all 25 lists probed
     new = bank.create_unit([{"text": "new"}], "s", [], np.ones(16), T0)
     q = np.ones(16, dtype=np.float32) / 4
-    assert large.search(q, 1)[0][0] == new and large.rebuilds == 1  # appended to the trained IVF in place
+    assert large.search(q, 1)[0][0] == new and large.rebuilds == 1  # appended to the trained index in place
     with pytest.raises(ValueError, match="approx_kind"):
         SurfaceIndex(bank, backend="auto", approx_kind="lsh")
+
+
+def test_pq_returns_exact_cosines_of_what_it_finds_and_follows_appends() -> None:
+    """PQ ranks by approximate codes, then re-scores its best refine x k candidates exactly: the scores it
+    returns are the true cosines, and with every candidate re-scored (refine x k >= surface) it is exact."""
+    bank = _random_bank(1800, dim=32, seed=7)  # 1200 visible: trained (at least 1000)
+    idx = SurfaceIndex(bank, backend="faiss", faiss_kind="pq", pq_m=8, refine=4)
+    whole = SurfaceIndex(bank, backend="faiss", faiss_kind="pq", pq_m=8, refine=bank.n_visible)
+    rng = np.random.default_rng(8)
+    for _ in range(10):
+        q = rng.normal(size=32).astype(np.float32)
+        q /= np.linalg.norm(q)
+        for uid, score in idx.search(q, 10):
+            assert score == pytest.approx(float(bank.embedding(uid) @ q), abs=1e-5)
+        assert [u for u, _ in whole.search(q, 10)] == _brute_force(bank, q, 10, "visible")
+    assert idx._built_kind == "pq" and idx._faiss.M == 8
+    rebuilds = idx.rebuilds
+    new = bank.create_unit([{"text": "new"}], "s", [], q * 3, T0)
+    assert idx.search(q, 1) == [(new, pytest.approx(1.0))]
+    assert idx.rebuilds == rebuilds  # appended to the trained codes in place
+
+
+def test_pq_sub_quantisers_default_to_an_eighth_of_the_dimension_and_must_divide_it() -> None:
+    assert SurfaceIndex(MemoryBank(dim=384)).pq_m == 48
+    assert SurfaceIndex(MemoryBank(dim=16)).pq_m == 2
+    assert SurfaceIndex(MemoryBank(dim=4)).pq_m == 1
+    assert SurfaceIndex(MemoryBank(dim=100)).pq_m == 10  # 12 does not divide 100: the largest divisor below
+    with pytest.raises(ValueError, match="vector.pq_m must divide the embedding dimension 32, got 12"):
+        SurfaceIndex(MemoryBank(dim=32), pq_m=12)
+    with pytest.raises(ValueError, match="vector.refine"):
+        SurfaceIndex(MemoryBank(dim=32), refine=0)

@@ -1,4 +1,4 @@
-"""Vector search over a bank surface behind one interface: exact numpy, or faiss (flat, IVF, HNSW), or ``auto``.
+"""Vector search over a bank surface behind one interface: exact numpy, or faiss (flat, PQ, IVF, HNSW), or ``auto``.
 
 Why one interface: Stage 1 must be swappable (the latency benchmark compares backends on the same bank) and the
 exact backends must agree, which a test checks. Both read the bank's cached, normalised surface matrix, so
@@ -8,11 +8,20 @@ happens to be stored (swap-removal reorders the visible matrix).
 ``backend="auto"`` (the default of the All-Mem configs) searches exactly with numpy while the surface holds
 fewer than ``approx_from`` units and with an approximate faiss index (``approx_kind``) from there on: an exact
 mat-vec costs about 3 ms per 100k units on one core, so the 10 ms Mem-Lat of a million-unit bank needs an
-approximate index. IVF is the default approximate kind: on 2 cores it builds far faster than HNSW (seconds per
-100k units against minutes) at a recall@10 above 0.95 (``make bench`` prints recall and latency).
+approximate index.
 
-The faiss index follows the bank lazily through ``bank.changes_since``: appends are added in place (an IVF keeps
-the centroids it was trained on); an archive or a descriptor change triggers a rebuild on the next ``sync``
+``pq`` is the default approximate kind: product quantisation with 4-bit codes scanned by faiss's SIMD "fast
+scan" kernels (``IndexPQFastScan``; Andre et al., "Accelerated nearest neighbor search with quick ADC", 2017),
+``pq_m`` sub-quantisers (dimension / 8 unless set), then the best ``refine * k`` codes re-scored exactly against the surface matrix (faiss
+calls this a refine step; the index keeps no second copy of the vectors). The codes take ``pq_m / 2`` bytes
+per unit, so a scan of every code is some twenty times cheaper than the exact mat-vec, trains in seconds and
+does not depend on how the bank clusters; it stays linear in N. ``ivf`` (inverted lists, ``ivf_nprobe``
+probed) and ``hnsw`` (a graph) are sub-linear but lose recall where neighbours do not share coarse clusters:
+on the benchmark's million-unit bank IVF needs a third of its lists for a recall@10 of 0.95 (``make bench``
+prints the trade-off of every kind side by side).
+
+The faiss index follows the bank lazily through ``bank.changes_since``: appends are added in place (PQ and IVF
+keep what they were trained on); an archive or a descriptor change triggers a rebuild on the next ``sync``
 (index rebuilding is reported apart from query latency, as the paper does).
 """
 
@@ -27,8 +36,10 @@ from allmem.threads import single_thread_blas
 
 SURFACES = ("visible", "full")
 BACKENDS = ("numpy", "faiss", "auto")
-FAISS_KINDS = ("flat", "ivf", "hnsw", "auto")
-APPROX_KINDS = ("ivf", "hnsw")
+FAISS_KINDS = ("flat", "pq", "ivf", "hnsw", "auto")
+APPROX_KINDS = ("pq", "ivf", "hnsw")
+MIN_TRAIN = 1000  # a surface smaller than this is searched flat by the trained kinds (PQ, IVF)
+PQ_TRAIN = 65_536  # units sampled to train the PQ codebooks (16 centroids per sub-quantiser need far fewer)
 
 
 class SurfaceIndex:
@@ -41,7 +52,9 @@ class SurfaceIndex:
         backend: str = "auto",
         faiss_kind: str = "flat",
         approx_from: int = 100_000,
-        approx_kind: str = "ivf",
+        approx_kind: str = "pq",
+        pq_m: int | None = None,
+        refine: int = 10,
         ivf_nprobe: int = 16,
         hnsw_m: int = 32,
         hnsw_ef_search: int = 128,
@@ -55,12 +68,19 @@ class SurfaceIndex:
             raise ValueError(f"vector.faiss_kind must be one of {FAISS_KINDS}, got {faiss_kind!r}")
         if approx_kind not in APPROX_KINDS:
             raise ValueError(f"vector.approx_kind must be one of {APPROX_KINDS}, got {approx_kind!r}")
+        if pq_m is not None and (pq_m <= 0 or bank.dim % pq_m):
+            raise ValueError(f"vector.pq_m must divide the embedding dimension {bank.dim}, got {pq_m}")
+        if refine < 1:
+            raise ValueError(f"vector.refine must be a positive integer, got {refine}")
         self.bank = bank
         self.surface = surface
         self.backend = backend
         self.faiss_kind = faiss_kind
         self.approx_from = approx_from
         self.approx_kind = approx_kind
+        # dimension / 8 by default (48 for MiniLM's 384): 8 dimensions per 4-bit sub-quantiser
+        self.pq_m = pq_m or max(m for m in range(1, max(1, bank.dim // 8) + 1) if bank.dim % m == 0)
+        self.refine = refine
         self.ivf_nprobe = ivf_nprobe
         self.hnsw_m = hnsw_m
         self.hnsw_ef_search = hnsw_ef_search
@@ -99,9 +119,14 @@ class SurfaceIndex:
             pos, scores = _numpy_topk(self._matrix(), q, k)
         else:
             self.sync()
-            scores2, pos2 = self._faiss.search(q.reshape(1, -1), k)
+            depth = min(n, k * self.refine) if self._built_kind == "pq" else k
+            scores2, pos2 = self._faiss.search(q.reshape(1, -1), depth)
             keep = pos2[0] >= 0
             pos, scores = pos2[0][keep].astype(np.int64), scores2[0][keep]
+            if self._built_kind == "pq":  # refine: exact cosines of the candidates, the best k kept
+                scores = self._matrix()[pos] @ q
+                best = np.argpartition(-scores, k - 1)[:k] if k < len(pos) else np.arange(len(pos))
+                pos, scores = pos[best], scores[best]
         rows = self.rows_at(pos)
         order = np.lexsort((rows, -scores))
         return rows[order], scores[order]
@@ -171,7 +196,10 @@ class SurfaceIndex:
         if kind == "hnsw":
             index = faiss.IndexHNSWFlat(d, self.hnsw_m, faiss.METRIC_INNER_PRODUCT)
             index.hnsw.efSearch = self.hnsw_ef_search
-        elif kind == "ivf" and len(data) >= 1000:
+        elif kind == "pq" and len(data) >= MIN_TRAIN:
+            index = faiss.IndexPQFastScan(d, self.pq_m, 4, faiss.METRIC_INNER_PRODUCT)
+            index.train(_sample(data, PQ_TRAIN))
+        elif kind == "ivf" and len(data) >= MIN_TRAIN:
             # faiss's rule of thumb, 4 sqrt(N) lists, each trained on 40 points (faiss warns below 39) in 10
             # k-means rounds: a 600k-unit surface trains in minutes on 2 cores (sqrt(N) lists train faster but
             # reach a recall@10 of only about 0.7 at nprobe 16 on the benchmark's banks)
@@ -179,14 +207,9 @@ class SurfaceIndex:
             quantizer = faiss.IndexFlatIP(d)
             index = faiss.IndexIVFFlat(quantizer, d, nlist, faiss.METRIC_INNER_PRODUCT)
             index.cp.niter = 10
-            n_train = min(len(data), 40 * nlist)
-            rng = np.random.default_rng(0)
-            sample = (
-                data if n_train == len(data) else data[np.sort(rng.choice(len(data), n_train, replace=False))]
-            )
-            index.train(sample)
+            index.train(_sample(data, 40 * nlist))
             index.nprobe = self.ivf_nprobe
-        else:  # flat, or IVF on a bank too small to train (rebuilt as IVF once it is large enough)
+        else:  # flat, or PQ / IVF on a bank too small to train (rebuilt as such once it is large enough)
             index = faiss.IndexFlatIP(d)
             kind = "flat"
         if len(data):
@@ -205,6 +228,13 @@ def _numpy_topk(mat: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray, np.
     else:
         pos = np.arange(len(scores))
     return pos.astype(np.int64), scores[pos]
+
+
+def _sample(data: np.ndarray, n: int) -> np.ndarray:
+    """At most ``n`` rows of ``data`` in their order, drawn with a fixed seed (training is deterministic)."""
+    if n >= len(data):
+        return data
+    return data[np.sort(np.random.default_rng(0).choice(len(data), n, replace=False))]
 
 
 def _import_faiss() -> Any:
