@@ -107,6 +107,7 @@ def fig3(
     n_sweep, n_anchor = len(sweep), len(anchors)
     for ax, metric, title in zip(axes, ("f1", "R@5"), ("F1", "R@5"), strict=True):
         rows = ci[ci["metric"] == metric].set_index("run")
+        labels = []  # (x, y, text, colour): placed apart at the end, with a leader line where moved
         by_l: dict[int, list[int]] = {}
         for i, r in enumerate(sweep):
             by_l.setdefault(int(r.value("method.retrieval.L")), []).append(i)
@@ -116,15 +117,14 @@ def fig3(
             color = cmap(j / max(1, len(by_l) - 1) * 0.85)
             ax.errorbar([x[i] for i in idx], rows.loc[idx, "mean"], yerr=_yerr(rows.loc[idx]), fmt="-o", ms=4,
                         color=color, capsize=2, lw=1.2, label=f"All-Mem, L={L} (K varies)")  # fmt: skip
-            for i in idx:
-                ax.annotate(f"K={sweep[i].value('method.retrieval.K')}", (x[i], rows.loc[i, "mean"]),
-                            textcoords="offset points", xytext=(3, -9), fontsize=6, color=color)  # fmt: skip
+            labels += [
+                (x[i], rows.loc[i, "mean"], f"K={sweep[i].value('method.retrieval.K')}", color) for i in idx
+            ]
         for i, r in enumerate(anchors):
             k = n_sweep + i
             ax.errorbar([x[k]], [rows.loc[k, "mean"]], yerr=_yerr(rows.loc[[k]]), fmt="^", color="tab:red", ms=5,
                         capsize=2, label="All-Mem, k varies (K=16, L=40)" if i == 0 else None)  # fmt: skip
-            ax.annotate(f"k={r.value('method.retrieval.k')}", (x[k], rows.loc[k, "mean"]), textcoords="offset points",
-                        xytext=(4, 3), fontsize=6, color="tab:red")  # fmt: skip
+            labels.append((x[k], rows.loc[k, "mean"], f"k={r.value('method.retrieval.k')}", "tab:red"))
         for i, r in enumerate(methods):
             k = n_sweep + n_anchor + i
             star = r.method == "allmem"
@@ -132,9 +132,9 @@ def fig3(
                         ms=9 if star else 5, color="black" if star else "0.45", capsize=2,
                         label=("All-Mem default (K=16, k=10, L=40)" if star else None))  # fmt: skip
             if not star:
-                ax.annotate(r.method, (x[k], rows.loc[k, "mean"]), textcoords="offset points", xytext=(4, 3),
-                            fontsize=6.5, color="0.3")  # fmt: skip
-        ax.set_xlabel("generator input tokens per query (prompt + retrieved context, o200k_base)")
+                labels.append((x[k], rows.loc[k, "mean"], r.method, "0.3"))
+        _place_labels(ax, labels)
+        ax.set_xlabel("generator input tokens per query (prompt + context, o200k_base)")
         ax.set_ylabel(f"{title} (%, 95% CI)")
         ax.set_title(f"{title} against generator input")
         ax.grid(alpha=0.3)
@@ -142,6 +142,16 @@ def fig3(
     axes[0].legend(fontsize=7, loc="best")
     fig.suptitle(f"Fig. 3: accuracy-cost frontier on {DATASET_TITLES.get(dataset, dataset)}", fontsize=11)
     return save(fig, allr, out), data
+
+
+def _place_labels(ax, labels: Sequence[tuple[float, float, str, str]]) -> None:
+    """Point labels moved apart where they would overlap (adjustText), each tied to its point by a thin line."""
+    from adjustText import adjust_text
+
+    texts = [ax.text(x, y, text, fontsize=6.5, color=color) for x, y, text, color in labels]
+    if texts:
+        points = ax.scatter([x for x, *_ in labels], [y for _, y, *_ in labels], s=30, alpha=0)  # kept clear
+        adjust_text(texts, ax=ax, objects=points, arrowprops={"arrowstyle": "-", "color": "0.6", "lw": 0.5})
 
 
 # --------------------------------------------------------------------------------------------------- fig 4
