@@ -8,6 +8,7 @@ from report_fixture import DIALOGUES, write_experiment, write_run
 
 from allmem.report import main as report_main
 from allmem.report.paper import summarise
+from allmem.report.runs import find_runs
 from allmem.report.targets import LME_SKIPPED, collect, expand, experiments_of, sweep_points
 
 N_Q = 8  # 2 dialogues x 4 questions
@@ -132,11 +133,15 @@ def test_cli_sweep_summary(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_driver_launches_only_incomplete_experiments(tmp_path, capsys):
+def test_driver_launches_only_incomplete_experiments(tmp_path, capsys, monkeypatch):
+    from allmem.report import targets
     from allmem.report.targets import main as targets_main
 
     write_experiment(tmp_path, "table1", lambda label, i: True)
+    reads = []
+    monkeypatch.setattr(targets, "find_runs", lambda root: reads.append(root) or find_runs(root))
     assert targets_main(["run", "fig3", "--runs", str(tmp_path), "--jobs", "3", "--dry-run"]) == 0
+    assert len(reads) == 1  # nothing launched: the run directories are read once for all three experiments
     out = capsys.readouterr().out
     n = len(sweep_points("table1"))
     assert f"table1 on locomo: {n}/{n} runs complete, nothing to run" in out

@@ -231,10 +231,14 @@ def points(
 
 
 def collect(
-    experiments: Sequence[str], root: Path, lme: str | None, extra: Sequence[str] = ()
+    experiments: Sequence[str],
+    root: Path,
+    lme: str | None,
+    extra: Sequence[str] = (),
+    runs: dict[str, Run] | None = None,
 ) -> dict[str, dict[str, list[Point]]]:
-    """``{experiment: {dataset: [Point]}}`` against the complete runs under ``root``."""
-    runs = by_hash(find_runs(root))
+    """``{experiment: {dataset: [Point]}}`` against the complete runs under ``root`` (or ``runs``, by hash)."""
+    runs = by_hash(find_runs(root)) if runs is None else runs
     hashes = _HashCache()
     found = {
         exp: {ds: points(exp, ds, ov, extra, runs, hashes) for ds, ov in dataset_overrides(lme).items()}
@@ -258,8 +262,11 @@ def run_experiments(
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1" if jobs > 1 else env.get("OMP_NUM_THREADS", ""))
     env = {k: v for k, v in env.items() if v != ""}
+    runs: dict[str, Run] | None = None  # complete runs, read again after a multirun made some
     for exp in experiments_of(targets):
-        for ds, pts in collect([exp], root, lme, extra)[exp].items():  # afresh: earlier multiruns made runs
+        if runs is None:
+            runs = by_hash(find_runs(root))
+        for ds, pts in collect([exp], root, lme, extra, runs)[exp].items():
             done = sum(p.run is not None for p in pts)
             if done == len(pts):
                 print(f"[allmem] {exp} on {ds}: {done}/{len(pts)} runs complete, nothing to run")
@@ -276,6 +283,7 @@ def run_experiments(
             if dry_run:
                 continue
             rc = subprocess.call(cmd, env=env)
+            runs = None
             if rc != 0:
                 print(f"[allmem] {exp} on {ds}: the multirun failed (exit {rc})", file=sys.stderr)
                 return rc
