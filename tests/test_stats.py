@@ -89,3 +89,23 @@ def test_a_clear_difference_is_significant_and_noise_is_not():
 def test_footer_sentence_states_the_resample_counts():
     text = describe()
     assert str(BOOTSTRAP_RESAMPLES) in text and str(PERMUTATION_RESAMPLES) in text and "seed" in text
+
+
+def test_table_lookup_sums_equal_the_sign_patterns_they_stand_for():
+    """The randomised test draws each pattern as bytes (bit k of byte c is the sign of item 8c + k) and sums by
+    table lookup: a plain sign-matrix product over the same bytes must give the same p."""
+    from allmem.report.stats import _CHUNK
+
+    rng = np.random.default_rng(5)
+    a, b = rng.random(37), rng.random(37)  # 37 items: five bytes, the last one padded
+    d = a - b
+    n, blocks, resamples = len(d), 5, 3000
+    draws = np.random.default_rng(0)
+    hits = 0
+    for start in range(0, resamples, _CHUNK):
+        m = min(_CHUNK, resamples - start)
+        bytes_ = draws.integers(0, 256, size=(m, blocks), dtype=np.uint8)
+        bits = np.unpackbits(bytes_, axis=1, bitorder="little")[:, :n]
+        stats = np.abs((bits * 2.0 - 1) @ d) / n
+        hits += int(np.count_nonzero(stats >= abs(d.mean()) - 1e-12))
+    assert paired_permutation_p(a, b, resamples=resamples, seed=0) == (hits + 1) / (resamples + 1)
