@@ -84,74 +84,83 @@ def render_table1(found: Found, tables: Path, figures: Path) -> list[Path]:
     return _write("\n\n".join(sections), frame, tables, "table1")
 
 
-def render_table2(found: Found, tables: Path, figures: Path) -> list[Path]:
-    sections, frames, runs_all = [f"# {TARGETS['table2'].title}"], [], []
+def _render_by_dataset(
+    found: Found,
+    tables: Path,
+    name: str,
+    pick: Callable[[str], list[Run]],
+    build: Callable[[list[Run], str], tuple[pd.DataFrame, str]],
+    notes: Sequence[str],
+) -> list[Path]:
+    """A table with one section per dataset: ``pick`` its runs, ``build`` (frame, Markdown) from them; a dataset
+    without runs has no section. One footer names every run used, then ``notes``."""
+    sections, frames, runs_all = [f"# {TARGETS[name].title}"], [], []
     for ds in _datasets(found):
-        runs = _runs(found, "table1", ds)
+        runs = pick(ds)
         if runs:
-            t = cost.compute(runs)
-            frames.append(t)
+            frame, markdown = build(runs, ds)
+            frames.append(frame)
             runs_all += runs
-            sections += [f"## {DATASET_TITLES.get(ds, ds)}", cost.markdown_for(t)]
+            sections += [f"## {DATASET_TITLES.get(ds, ds)}", markdown]
+    sections.append(footer(runs_all, name, notes))
+    frame = pd.concat(frames, ignore_index=True) if frames else None
+    return _write("\n\n".join(sections), frame, tables, name)
+
+
+def render_table2(found: Found, tables: Path, figures: Path) -> list[Path]:
+    def build(runs: list[Run], ds: str) -> tuple[pd.DataFrame, str]:
+        t = cost.compute(runs)
+        return t, cost.markdown_for(t)
+
     notes = [_lme_note(found), *_missing(found, ["table1"]), *cost.DEFINITIONS,
              "Offline token counts are the rendered prompts of the rule-based roles (what an LLM would have read), "
              "and offline latencies are those roles' CPU time, not an LLM's. Latencies are wall times on the machine "
              "that ran them (shared or not); a text's embedding is computed once and then read from the on-disk "
              "cache, so the first run to embed a text pays for it."]  # fmt: skip
-    sections.append(footer(runs_all, "table2", notes))
-    frame = pd.concat(frames, ignore_index=True) if frames else None
-    return _write("\n\n".join(sections), frame, tables, "table2")
+    return _render_by_dataset(found, tables, "table2", lambda ds: _runs(found, "table1", ds), build, notes)
 
 
 def render_table3(found: Found, tables: Path, figures: Path) -> list[Path]:
-    sections, frames, runs_all = [f"# {TARGETS['table3'].title}"], [], []
-    for ds in _datasets(found):
-        runs = [r for r in _runs(found, "table1", ds) if r.consolidates]
-        if runs:
-            t = table3_frame(runs)
-            frames.append(t)
-            runs_all += runs
-            sections += [f"## {DATASET_TITLES.get(ds, ds)}", table3_markdown(t)]
+    def build(runs: list[Run], ds: str) -> tuple[pd.DataFrame, str]:
+        t = table3_frame(runs)
+        return t, table3_markdown(t)
+
     notes = [_lme_note(found), *_missing(found, ["table1"]),
              "Diagnosis events are units diagnosed; operator events are queued targets, each Executed, Skipped "
              "(stale or invalid) or No-op (the planner declined). Tokens and time per operator event are its "
              "planning calls (Split includes the siblings' descriptors)."]  # fmt: skip
-    sections.append(footer(runs_all, "table3", notes))
-    frame = pd.concat(frames, ignore_index=True) if frames else None
-    return _write("\n\n".join(sections), frame, tables, "table3")
+    return _render_by_dataset(
+        found,
+        tables,
+        "table3",
+        lambda ds: [r for r in _runs(found, "table1", ds) if r.consolidates],
+        build,
+        notes,
+    )
 
 
 def render_table4(found: Found, tables: Path, figures: Path) -> list[Path]:
-    sections, frames, runs_all = [f"# {TARGETS['table4'].title}"], [], []
-    for ds in _datasets(found):
-        runs = _runs(found, "ablations", ds)
-        if runs:
-            t, extra = ablations.compute(runs)
-            frames.append(t.merge(extra, on="label", how="left").assign(dataset=ds))
-            runs_all += runs
-            sections += [f"## {DATASET_TITLES.get(ds, ds)}", ablations.markdown_for(t, extra, runs)]
+    def build(runs: list[Run], ds: str) -> tuple[pd.DataFrame, str]:
+        t, extra = ablations.compute(runs)
+        return t.merge(extra, on="label", how="left").assign(dataset=ds), ablations.markdown_for(
+            t, extra, runs
+        )
+
     notes = [_lme_note(found), *_missing(found, ["ablations"]), table1.stats_note()]
-    sections.append(footer(runs_all, "table4", notes))
-    frame = pd.concat(frames, ignore_index=True) if frames else None
-    return _write("\n\n".join(sections), frame, tables, "table4")
+    return _render_by_dataset(found, tables, "table4", lambda ds: _runs(found, "ablations", ds), build, notes)
 
 
 def render_ablations_hybrid(found: Found, tables: Path, figures: Path) -> list[Path]:
-    sections, frames, runs_all = [f"# {TARGETS['ablations_hybrid'].title}"], [], []
-    for ds in _datasets(found):
-        runs = _runs(found, "ablations_hybrid", ds)
-        if runs:
-            fit = fit_split(ds) if ds == "locomo" else ()
-            t = ablations.compute_hybrid(runs, fit).assign(dataset=ds)
-            frames.append(t)
-            runs_all += runs
-            sections += [f"## {DATASET_TITLES.get(ds, ds)}", ablations.hybrid_markdown(t)]
+    def build(runs: list[Run], ds: str) -> tuple[pd.DataFrame, str]:
+        t = ablations.compute_hybrid(runs, fit_split(ds) if ds == "locomo" else ()).assign(dataset=ds)
+        return t, ablations.hybrid_markdown(t)
+
     notes = [_lme_note(found), *_missing(found, ["ablations_hybrid"]), table1.stats_note(),
              "The fit conversations are those allmem_hybrid's values were chosen on (scripts/fit_retrieval.py); the "
              "held-out rows are the honest ones."]  # fmt: skip
-    sections.append(footer(runs_all, "ablations_hybrid", notes))
-    frame = pd.concat(frames, ignore_index=True) if frames else None
-    return _write("\n\n".join(sections), frame, tables, "ablations_hybrid")
+    return _render_by_dataset(
+        found, tables, "ablations_hybrid", lambda ds: _runs(found, "ablations_hybrid", ds), build, notes
+    )
 
 
 # ------------------------------------------------------------------------------------------------ figures
