@@ -12,7 +12,7 @@ from typing import Any
 
 from allmem.llm.roles import RoleFailure
 from allmem.memory.descriptor import Descriptor
-from allmem.types import Turn
+from allmem.types import SessionInfo, Turn
 
 T0 = datetime(2023, 5, 8, 13, 56)
 
@@ -41,3 +41,15 @@ def make_turns(texts: Sequence[str], session: int = 1, speaker: str = "Ann") -> 
         )
         for i, t in enumerate(texts)
     ]
+
+
+def stream_sessions(system: Any, sessions: Sequence[Sequence[str]], dialogue_id: str = "conv-x") -> None:
+    """Feed a memory system one dialogue: each list of texts is a session (``make_turns``), then end the stream."""
+    system.reset(dialogue_id)
+    for i, texts in enumerate(sessions, start=1):
+        info = SessionInfo(f"S{i}", T0, i - 1)
+        system.start_session(info)
+        for turn in make_turns(texts, session=i):
+            system.ingest(turn)
+        system.end_session(info)
+    system.end_stream()

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from fakes import T0, make_turns
+from fakes import stream_sessions
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -17,7 +17,6 @@ from allmem.llm import build_llm
 from allmem.memory.system import AllMem
 from allmem.runner import run
 from allmem.systems import Resources
-from allmem.types import SessionInfo
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -89,37 +88,28 @@ def _system(tmp: Path, cache: Path | None, probe: int = 0, **atc) -> AllMem:
     return AllMem(resources=_resources(tmp), bank_cache=cache, probe={"queries": probe}, **node)
 
 
-def _stream(system: AllMem, sessions: list[list[str]]) -> None:
-    system.reset("conv-x")
-    for i, texts in enumerate(sessions, start=1):
-        info = SessionInfo(f"S{i}", T0, i - 1)
-        system.start_session(info)
-        for turn in make_turns(texts, session=i):
-            system.ingest(turn)
-        system.end_session(info)
-    system.end_stream()
-
-
 def _bank(system: AllMem) -> list[tuple]:
     return [(u.id, u.visible, u.summary, tuple(r.text for r in u.evidence)) for u in system.bank.units()]
 
 
 def test_a_different_stream_is_ingested_not_reused(tmp_path):
     cache = tmp_path / "banks"
-    _stream(_system(tmp_path / "a", cache), SESSIONS)
+    stream_sessions(_system(tmp_path / "a", cache), SESSIONS)
     changed = [SESSIONS[0], ["Caroline adopted a kitten named Max", SESSIONS[1][1]], SESSIONS[2]]
     for sessions in (changed, SESSIONS[:2]):  # a turn differs in session 2; the stream ends a session early
         cached = _system(tmp_path / "b", cache)
-        _stream(cached, sessions)
+        stream_sessions(cached, sessions)
         fresh = _system(tmp_path / "c", None)
-        _stream(fresh, sessions)
+        stream_sessions(fresh, sessions)
         assert cached.stats()["bank_cache"]["hit"] is False
         assert _bank(cached) == _bank(fresh)
     same = _system(tmp_path / "d", cache)
-    _stream(same, SESSIONS)  # the first stream's entry was replaced by the last one written: SESSIONS[:2]
+    stream_sessions(
+        same, SESSIONS
+    )  # the first stream's entry was replaced by the last one written: SESSIONS[:2]
     assert same.stats()["bank_cache"]["hit"] is False
     again = _system(tmp_path / "e", cache)
-    _stream(again, SESSIONS)
+    stream_sessions(again, SESSIONS)
     assert again.stats()["bank_cache"]["hit"] is True
     assert _bank(again) == _bank(same)
 
@@ -142,7 +132,7 @@ def test_key_follows_ingestion_settings_only(tmp_path):
 
 def test_probe_times_both_surfaces_at_every_checkpoint(tmp_path):
     system = _system(tmp_path, None, probe=3)
-    _stream(system, SESSIONS)
+    stream_sessions(system, SESSIONS)
     events = system.consolidator.log.events
     runs = [e for e in events if e["kind"] == "run"]
     probes = [e for e in events if e["kind"] == "probe"]
@@ -154,7 +144,7 @@ def test_probe_times_both_surfaces_at_every_checkpoint(tmp_path):
         assert p["queries"] == 3 and p["k"] == 10 and p["n_units"] >= p["n_visible"]
         assert p["stage1_full_ms"] > 0 and p["stage1_visible_ms"] > 0
     off = _system(tmp_path / "off", None)
-    _stream(off, SESSIONS)
+    stream_sessions(off, SESSIONS)
     assert not [e for e in off.consolidator.log.events if e["kind"] == "probe"]
 
 

@@ -13,8 +13,7 @@ from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
 from allmem.memory.system import AllMem
 from allmem.systems import Resources
-from allmem.types import SessionInfo
-from tests.fakes import T0, make_turns
+from tests.fakes import stream_sessions
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 SESSIONS = [
@@ -39,20 +38,9 @@ def _method_cfg(**atc: Any) -> dict[str, Any]:
     return cfg
 
 
-def _stream(system: AllMem, dialogue_id: str = "conv-x") -> None:
-    system.reset(dialogue_id)
-    for i, texts in enumerate(SESSIONS, start=1):
-        info = SessionInfo(f"S{i}", T0, i - 1)
-        system.start_session(info)
-        for turn in make_turns(texts, session=i):
-            system.ingest(turn)
-        system.end_session(info)
-    system.end_stream()
-
-
 def test_lifecycle_retrieve_and_stats(tmp_path) -> None:
     system = AllMem(resources=_resources(tmp_path), **_method_cfg())
-    _stream(system)
+    stream_sessions(system, SESSIONS)
     res = system.retrieve("Who adopted a puppy?")
     assert res.units and len(res.units) <= 16
     assert [u.score for u in res.units] == sorted((u.score for u in res.units), reverse=True)
@@ -94,7 +82,7 @@ def test_atc_hooks_fire_in_stream_order(tmp_path, monkeypatch) -> None:
     fake.build_consolidator = _RecordingATC  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "allmem.memory.atc", fake)
     system = AllMem(resources=_resources(tmp_path), **_method_cfg(enabled=True, theta=0.9))
-    _stream(system)
+    stream_sessions(system, SESSIONS)
     atc = system.consolidator
     assert atc.cfg["theta"] == 0.9
     expected: list[tuple] = []
@@ -112,7 +100,7 @@ def test_atc_hooks_fire_in_stream_order(tmp_path, monkeypatch) -> None:
 
 def test_system_save_load_round_trip(tmp_path) -> None:
     a = AllMem(resources=_resources(tmp_path), **_method_cfg())
-    _stream(a)
+    stream_sessions(a, SESSIONS)
     queries = ["red bike", "puppy", "hiking Alps", "Mont Blanc"]
     before = [[(u.id, u.score, u.source_ids) for u in a.retrieve(q).units] for q in queries]
     a.save(tmp_path / "bank")

@@ -185,53 +185,63 @@ def _figure_index(
     return _write("\n".join(lines) + "\n\n" + footer(runs, name, notes), frame, tables, name)
 
 
-def render_fig3(found: Found, tables: Path, figures: Path) -> list[Path]:
+def _render_figure(
+    found: Found,
+    tables: Path,
+    name: str,
+    draw: Callable[[str], tuple[list[Path], pd.DataFrame] | None],
+    extra: Sequence[str] = (),
+) -> list[Path]:
+    """A figure per dataset (``draw`` returns its files and data, or None where the dataset has no runs for it),
+    then the index Markdown and the data of all of them."""
     written: list[Path] = []
     data: list[pd.DataFrame] = []
     for ds in _datasets(found):
-        sweep, anchors = _runs(found, "fig3", ds), _runs(found, "fig3_anchors", ds)
-        anchors = [
-            r for r in anchors if int(r.value("method.retrieval.k")) != 10
-        ]  # k=10 is the default point
-        methods = _runs(found, "table1", ds)
-        if sweep or methods:
-            paths, frame = paper_figures.fig3(sweep, anchors, methods, figures / f"fig3{_suffix(ds)}", ds)
-            written, data = written + paths, [*data, frame]
-    return written + _figure_index(found, tables, "fig3", written, data=data)
+        drawn = draw(ds)
+        if drawn is not None:
+            written, data = written + drawn[0], [*data, drawn[1]]
+    return written + _figure_index(found, tables, name, written, extra, data=data)
+
+
+def render_fig3(found: Found, tables: Path, figures: Path) -> list[Path]:
+    def draw(ds: str) -> tuple[list[Path], pd.DataFrame] | None:
+        sweep, methods = _runs(found, "fig3", ds), _runs(found, "table1", ds)
+        # k=10 is the default point, drawn as a method
+        anchors = [r for r in _runs(found, "fig3_anchors", ds) if int(r.value("method.retrieval.k")) != 10]
+        if not (sweep or methods):
+            return None
+        return paper_figures.fig3(sweep, anchors, methods, figures / f"fig3{_suffix(ds)}", ds)
+
+    return _render_figure(found, tables, "fig3", draw)
 
 
 def render_fig4(found: Found, tables: Path, figures: Path) -> list[Path]:
-    written: list[Path] = []
-    data: list[pd.DataFrame] = []
-    for ds in _datasets(found):
+    def draw(ds: str) -> tuple[list[Path], pd.DataFrame] | None:
         theta, dsigma = _runs(found, "fig4_theta", ds), _runs(found, "fig4_dsigma", ds)
-        if theta or dsigma:
-            paths, frame = paper_figures.fig4(theta, dsigma, figures / f"fig4{_suffix(ds)}", ds)
-            written, data = written + paths, [*data, frame]
-    return written + _figure_index(found, tables, "fig4", written, [stats.describe()], data=data)
+        if not (theta or dsigma):
+            return None
+        return paper_figures.fig4(theta, dsigma, figures / f"fig4{_suffix(ds)}", ds)
+
+    return _render_figure(found, tables, "fig4", draw, [stats.describe()])
 
 
 def render_fig5(found: Found, tables: Path, figures: Path) -> list[Path]:
-    written: list[Path] = []
-    data: list[pd.DataFrame] = []
-    for ds in _datasets(found):
+    def draw(ds: str) -> tuple[list[Path], pd.DataFrame] | None:
         surface = [r for r in _runs(found, "fig4_theta", ds) if r.consolidates]
         stage = _runs(found, "fig5", ds)
-        if surface or stage:
-            paths, frame = paper_figures.fig5(surface, stage, figures / f"fig5{_suffix(ds)}", ds)
-            written, data = written + paths, [*data, frame]
-    return written + _figure_index(found, tables, "fig5", written, data=data)
+        if not (surface or stage):
+            return None
+        return paper_figures.fig5(surface, stage, figures / f"fig5{_suffix(ds)}", ds)
+
+    return _render_figure(found, tables, "fig5", draw)
 
 
 def render_fig6(found: Found, tables: Path, figures: Path) -> list[Path]:
-    written: list[Path] = []
-    data: list[pd.DataFrame] = []
-    for ds in _datasets(found):
+    def draw(ds: str) -> tuple[list[Path], pd.DataFrame] | None:
         runs = [r for r in _runs(found, "fig4_theta", ds) if r.consolidates]
-        if runs:
-            paths, frame = paper_figures.fig6(runs, figures / f"fig6{_suffix(ds)}", ds)
-            written, data = written + paths, [*data, frame]
-    return written + _figure_index(found, tables, "fig6", written, data=data)
+        return paper_figures.fig6(runs, figures / f"fig6{_suffix(ds)}", ds) if runs else None
+
+    return _render_figure(found, tables, "fig6", draw)
 
 
 RENDER: dict[str, Callable[[Found, Path, Path], list[Path]]] = {

@@ -10,9 +10,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+from allmem.paths import DATASETS
 from allmem.report.runs import Run
 
-DATASET_TITLES = {"locomo": "LoCoMo", "longmemeval_s": "LongMemEval-s"}
+DATASET_TITLES = {name: spec.title for name, spec in DATASETS.items()}  # the titles live with the data paths
 
 
 def backend_text(runs: Sequence[Run]) -> str:
