@@ -218,13 +218,14 @@ def tradeoff(
     approx: SurfaceIndex,
     exact: SurfaceIndex,
     queries: np.ndarray,
+    truth: list[set[str]],
     refines: Sequence[int],
     nprobes: Sequence[int],
     vector: dict[str, Any],
 ) -> list[dict[str, Any]]:
     """Rows (kind, setting, recall@10, median Stage 1 ms, build s): the built PQ index at each re-scoring depth
-    (its configured one restored afterwards), then an IVF index built on the same surface at each probe count."""
-    truth = [{u for u, _ in exact.search(q, 10)} for q in queries]
+    (its configured one restored afterwards), then an IVF index built on the same surface at each probe count;
+    ``truth``: the exact top 10 of each query."""
     out: list[dict[str, Any]] = []
     if approx._built_kind == "pq":
         keep = approx.refine
@@ -266,19 +267,14 @@ def synthetic_row(
     approx_index.sync()
     row["approx_build_s"] = time.perf_counter() - t0
     row["approx_kind"] = approx["faiss_kind"]
-    hits, s1_exact, s1_approx = 0, [], []
+    truth, s1_exact = [], []
     for q in queries:
         t0 = time.perf_counter()
-        truth = exact_index.search(q, 10)
-        t1 = time.perf_counter()
-        found = approx_index.search(q, 10)
-        t2 = time.perf_counter()
-        s1_exact.append(1000 * (t1 - t0))
-        s1_approx.append(1000 * (t2 - t1))
-        hits += len({u for u, _ in truth} & {u for u, _ in found})
-    row["recall@10"] = hits / (10 * len(queries))
-    row["s1_exact"], row["s1_approx"] = statistics.median(s1_exact), statistics.median(s1_approx)
-    row["tradeoff"] = tradeoff(approx_index, exact_index, queries, refines, nprobes, vector)
+        truth.append({u for u, _ in exact_index.search(q, 10)})
+        s1_exact.append(1000 * (time.perf_counter() - t0))
+    row["recall@10"], row["s1_approx"] = _recall_and_ms(approx_index, queries, truth)
+    row["s1_exact"] = statistics.median(s1_exact)
+    row["tradeoff"] = tradeoff(approx_index, exact_index, queries, truth, refines, nprobes, vector)
     no_embed = _NoEmbedder()
     exact_vec = {**vector, "backend": "numpy"}
     row["memlat_exact"] = _median_memlat(Retriever(bank, no_embed, paper, exact_vec), queries, texts)

@@ -40,7 +40,8 @@ from allmem.memory.signals import (
     neighbour_weights,
     query_periods,
 )
-from allmem.memory.vector import SurfaceIndex, single_thread_blas
+from allmem.memory.vector import SurfaceIndex
+from allmem.threads import single_thread_blas
 
 STAGE1 = ("dense", "bm25", "hybrid", "fused")
 STAGE3 = ("cosine", "stage1", "cross_encoder", "neighbour")

@@ -59,9 +59,7 @@ class LinkIndex:
             ids = self.bank.full_ids_at(range(len(self.asks), n))
             fresh = [asks_question(self.bank.get(uid).evidence_text()) for uid in ids]
             self.asks = np.concatenate([self.asks, np.array(fresh, dtype=bool)])
-        # a unit is no neighbour of itself: a self-link (the bank refuses them; a hand-edited file could hold one)
-        # is left out here, once, rather than checked for in every query
-        links = [lk for lk in self.bank.links() if lk.src != lk.dst]
+        links = self.bank.links()  # never a self-link: the bank refuses them on add and on load
         code = np.array([LINK_TYPES.index(lk.type) for lk in links], dtype=np.int64)
         src = self.bank.rows_of([lk.src for lk in links])
         dst = self.bank.rows_of([lk.dst for lk in links])

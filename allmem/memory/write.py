@@ -25,7 +25,7 @@ import numpy as np
 
 from allmem.memory.bank import MemoryBank
 from allmem.memory.units import EMBED_FORMATS, descriptor_text
-from allmem.memory.vector import single_thread_blas
+from allmem.threads import single_thread_blas
 from allmem.types import Turn, utterance_line
 
 _WS = re.compile(r"\s+")

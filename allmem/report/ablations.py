@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from allmem.report.compare import cell, compare, metric_title
+from allmem.report.compare import by_dialogue, cell, compare, metric_title
 from allmem.report.items import item_frame
 from allmem.report.runs import Run
 from allmem.report.table1 import REFERENCE, table_metrics
@@ -104,12 +104,14 @@ def compute_hybrid(runs: Sequence[Run], fit: Sequence[str]) -> pd.DataFrame:
     conversations (``fit`` names the fit conversations) and on all of them."""
     frames = {run.method: item_frame(run) for run in runs}
     reference = HYBRID_REFERENCE if HYBRID_REFERENCE in frames else None
-    ids = set(fit)
     parts = [compare(frames, HYBRID_METRICS, reference, subset="all", by_group=False)]
-    if ids:
+    if fit:
         for subset, keep in (("held-out", False), ("fit", True)):
-            sub = {k: f[f["dialogue_id"].isin(ids) == keep] for k, f in frames.items()}
-            parts.append(compare(sub, HYBRID_METRICS, reference, subset=subset, by_group=False))
+            parts.append(
+                compare(
+                    by_dialogue(frames, fit, keep), HYBRID_METRICS, reference, subset=subset, by_group=False
+                )
+            )
     return pd.concat(parts, ignore_index=True)
 
 

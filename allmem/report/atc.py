@@ -12,17 +12,10 @@ from typing import Any
 
 import pandas as pd
 
-from allmem import rundir
 from allmem.report.runs import Run
 from allmem.report.tables import markdown
 
 OPS = ("diagnosis", "split", "merge", "update")
-
-
-def dialogue_stats(run: Run) -> dict[str, dict[str, Any]]:
-    """Last line per dialogue wins: a resumed dialogue was ingested again."""
-    rows = rundir.read_jsonl(run.path / rundir.SYSTEM_STATS)
-    return {r["dialogue_id"]: r for r in rows}
 
 
 def surface_table(runs: Sequence[Run]) -> str:
@@ -38,7 +31,7 @@ def surface_table(runs: Sequence[Run]) -> str:
     ]
     rows = []
     for run in runs:
-        for did, s in dialogue_stats(run).items():
+        for did, s in run.stats().items():
             turns, visible = s.get("turns"), s.get("n_visible")
             ratio = 100.0 * visible / turns if turns and visible is not None else None
             rows.append([run.method, did, turns, s.get("n_units"), visible, s.get("n_archived"), ratio])
@@ -50,7 +43,7 @@ def atc_cost(run: Run) -> dict[str, Any]:
     table3: dict[str, dict[str, float]] = {op: {} for op in OPS}
     runs = tokens = turns = 0
     latency = 0.0
-    for s in dialogue_stats(run).values():
+    for s in run.stats().values():
         atc = s.get("atc") or {}
         for op in OPS:
             for key, value in (atc.get("table3", {}).get(op) or {}).items():
@@ -113,7 +106,7 @@ def pooled_recoverability(run: Run) -> dict[str, Any]:
     curve: dict[int, float] = {}
     unreachable = 0.0
     mode = None
-    for s in dialogue_stats(run).values():
+    for s in run.stats().values():
         rec = s.get("recoverability") or {}
         n = int(rec.get("n_archived", 0))
         if not n:
@@ -159,7 +152,7 @@ def recoverability_table(runs: Sequence[Run]) -> str:
 
 def atc_sections(runs: Sequence[Run]) -> list[str]:
     """Sections for runs whose systems consolidated (their stats carry an ``atc`` summary)."""
-    with_atc = [r for r in runs if any("atc" in s for s in dialogue_stats(r).values())]
+    with_atc = [r for r in runs if r.consolidates]
     if not with_atc:
         return []
     return [

@@ -59,8 +59,7 @@ def compare(
                 if tests and ref is not None and label != reference and ci is not None:
                     row.update(_paired(part, ref, group, col))
                 rows.append(row)
-    out = pd.DataFrame(rows)
-    return out
+    return pd.DataFrame(rows)
 
 
 def _paired(part: pd.DataFrame, ref: pd.DataFrame, group: str, col: str) -> dict[str, float | None]:
@@ -106,3 +105,11 @@ def cell(table: pd.DataFrame, label: str, metric: str, group: str = OVERALL, wha
     if what == "mean":
         return "n/a" if pd.isna(row["mean"]) else f"{row['mean']:.2f}"
     return fmt_ci(None if pd.isna(row["mean"]) else row["mean"], row["ci_low"], row["ci_high"])
+
+
+def by_dialogue(
+    frames: dict[str, pd.DataFrame], dialogues: Sequence[str], keep: bool
+) -> dict[str, pd.DataFrame]:
+    """Each frame's questions from ``dialogues`` (keep True) or from the others (keep False)."""
+    ids = set(dialogues)
+    return {k: f[f["dialogue_id"].isin(ids) == keep] for k, f in frames.items()}

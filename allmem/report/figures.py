@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from allmem.report.atc import dialogue_stats, pooled_recoverability
+from allmem.report.atc import pooled_recoverability
 from allmem.report.tables import Run
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (no display needed); imported late, only by what draws."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -31,7 +32,7 @@ def _save(plt, fig, out: Path) -> Path:
 
 
 def f1_by_group(runs: Sequence[Run], out: Path) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     groups = sorted({g for r in runs for g in r.metrics.get("groups", {})})
     width = 0.8 / max(len(runs), 1)
     fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(groups)), 3.5))
@@ -45,11 +46,11 @@ def f1_by_group(runs: Sequence[Run], out: Path) -> Path:
 
 
 def surface(runs: Sequence[Run], out: Path) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.5))
     top = 0
     for run in runs:
-        stats = sorted(dialogue_stats(run).values(), key=lambda s: s.get("turns", 0))
+        stats = sorted(run.stats().values(), key=lambda s: s.get("turns", 0))
         xs = [s.get("turns", 0) for s in stats]
         ax.plot(xs, [s.get("n_visible", 0) for s in stats], "o", label=f"{run.method}: visible")
         top = max([top, *xs])
@@ -61,7 +62,7 @@ def surface(runs: Sequence[Run], out: Path) -> Path:
 
 
 def recoverability(runs: Sequence[Run], out: Path) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for run in runs:
         rec = pooled_recoverability(run)
@@ -82,7 +83,7 @@ def write_figures(runs: Sequence[Run], folder: Path) -> list[Path]:
     for dataset in sorted({r.dataset for r in runs}):
         subset = [r for r in runs if r.dataset == dataset]
         written.append(f1_by_group(subset, folder / f"{dataset}_f1_by_group.png"))
-        with_atc = [r for r in subset if any("atc" in s for s in dialogue_stats(r).values())]
+        with_atc = [r for r in subset if r.consolidates]
         if with_atc:
             written.append(surface(with_atc, folder / f"{dataset}_surface.png"))
             written.append(recoverability(with_atc, folder / f"{dataset}_recoverability.png"))

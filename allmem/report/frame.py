@@ -72,8 +72,10 @@ def _tidy(frame: pd.DataFrame) -> pd.DataFrame:
     """Parquet needs one type per column: a column mixing types (a config key that is a number in one run and a
     string in another) is stored as strings."""
     for col in frame.columns:
+        if frame[col].dtype != object:  # a numeric, boolean or string dtype holds one type already
+            continue
         kinds = {type(v) for v in frame[col].dropna()}
-        if len(kinds - {int, float}) > 0 and len(kinds) > 1 and not kinds <= {list}:
+        if len(kinds - {int, float}) > 0 and len(kinds) > 1:
             frame[col] = frame[col].map(
                 lambda v: None if v is None or (isinstance(v, float) and pd.isna(v)) else str(v)
             )

@@ -206,8 +206,9 @@ def _render_figure(
 def render_fig3(found: Found, tables: Path, figures: Path) -> list[Path]:
     def draw(ds: str) -> tuple[list[Path], pd.DataFrame] | None:
         sweep, methods = _runs(found, "fig3", ds), _runs(found, "table1", ds)
-        # k=10 is the default point, drawn as a method
-        anchors = [r for r in _runs(found, "fig3_anchors", ds) if int(r.value("method.retrieval.k")) != 10]
+        # an anchor point that is one of the methods' runs (the default k) is drawn once, as that method
+        shown = {id(r) for r in methods}
+        anchors = [r for r in _runs(found, "fig3_anchors", ds) if id(r) not in shown]
         if not (sweep or methods):
             return None
         return paper_figures.fig3(sweep, anchors, methods, figures / f"fig3{_suffix(ds)}", ds)

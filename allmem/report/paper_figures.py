@@ -21,6 +21,7 @@ import pandas as pd
 from allmem.report.ablations import STAGES, search_ms, surface_share
 from allmem.report.atc import pooled_recoverability
 from allmem.report.compare import compare
+from allmem.report.figures import pyplot
 from allmem.report.items import item_frame
 from allmem.report.provenance import DATASET_TITLES, caption
 from allmem.report.runs import Run
@@ -29,18 +30,9 @@ STAGE_LABELS = {"embed": "query embedding", "stage1": "Stage 1 anchors", "stage2
                 "stage3": "Stage 3 re-rank"}  # fmt: skip
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def save(fig, runs: Sequence[Run], out: Path, note: str = "") -> list[Path]:
     """Caption (provenance, optional note) at the bottom, then PNG and PDF side by side."""
-    plt = _pyplot()
+    plt = pyplot()
     text = caption(runs) + (f"\n{note}" if note else "")
     fig.text(0.005, 0.005, text, fontsize=6.5, color="0.3", ha="left", va="bottom", wrap=True)
     fig.tight_layout(rect=(0, 0.06 if note else 0.04, 1, 1))
@@ -97,7 +89,7 @@ def _points(runs: Sequence[Run], ci: pd.DataFrame, x: Sequence[float], kinds: Se
 def fig3(
     sweep: Sequence[Run], anchors: Sequence[Run], methods: Sequence[Run], out: Path, dataset: str
 ) -> tuple[list[Path], pd.DataFrame]:
-    plt = _pyplot()
+    plt = pyplot()
     allr = [*sweep, *anchors, *methods]
     ci = _intervals(allr, ["f1", "R@5"])
     x = [generator_tokens(r) for r in allr]
@@ -158,7 +150,7 @@ def _place_labels(ax, labels: Sequence[tuple[float, float, str, str]]) -> None:
 def fig4(
     theta: Sequence[Run], dsigma: Sequence[Run], out: Path, dataset: str
 ) -> tuple[list[Path], pd.DataFrame]:
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(2, 4, figsize=(13, 6))
     data = []
     for row, (runs, key, name, default) in enumerate(
@@ -208,7 +200,7 @@ def _theta_label(run: Run) -> str:
 def fig5(
     surface_runs: Sequence[Run], stage_runs: Sequence[Run], out: Path, dataset: str
 ) -> tuple[list[Path], pd.DataFrame]:
-    plt = _pyplot()
+    plt = pyplot()
     data: list[dict] = []
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
     ax = axes[0]
@@ -294,7 +286,7 @@ def fig5(
 
 # --------------------------------------------------------------------------------------------------- fig 6
 def fig6(runs: Sequence[Run], out: Path, dataset: str) -> tuple[list[Path], pd.DataFrame]:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     drawn = 0
     data = []

@@ -14,9 +14,10 @@ from typing import Any
 import pandas as pd
 
 from allmem.report.compare import compare, fmt_ci, metric_title
+from allmem.report.figures import pyplot
 from allmem.report.frame import config_columns
 from allmem.report.items import item_frame
-from allmem.report.paper_figures import _pyplot, generator_tokens, save
+from allmem.report.paper_figures import generator_tokens, save
 from allmem.report.provenance import footer
 from allmem.report.runs import Run, find_runs
 from allmem.report.table1 import table_metrics
@@ -71,7 +72,7 @@ def summarise_sweep(root: Path, out: Path) -> list[Path]:
     table.to_csv(csv, index=False)
     numeric = [k for k in keys if pd.api.types.is_numeric_dtype(table[k])]
     xkey = numeric[0] if len(keys) == 1 and numeric else "generator_tokens"
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, m in zip(axes, ("f1", "R@5"), strict=True):
         if m not in table:

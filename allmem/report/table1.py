@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from allmem.report import stats
-from allmem.report.compare import OVERALL, cell, compare, metric_title
+from allmem.report.compare import OVERALL, by_dialogue, cell, compare, metric_title
 from allmem.report.items import item_frame
 from allmem.report.provenance import DATASET_TITLES
 from allmem.report.runs import Run
@@ -48,11 +48,6 @@ def frames_of(runs: Sequence[Run], names: Sequence[str] | None = None) -> dict[s
     return {name: item_frame(run) for name, run in zip(names, runs, strict=True)}
 
 
-def _subset(frames: dict[str, pd.DataFrame], dialogues: Sequence[str], keep: bool) -> dict[str, pd.DataFrame]:
-    ids = set(dialogues)
-    return {k: f[f["dialogue_id"].isin(ids) == keep] for k, f in frames.items()}
-
-
 def compute(runs: Sequence[Run], dataset: str, names: Sequence[str] | None = None) -> pd.DataFrame:
     """The long frame of Table 1 for one dataset: subsets all (and fit / held-out on LoCoMo); ``names``: the
     row of each run (default: its method)."""
@@ -63,9 +58,11 @@ def compute(runs: Sequence[Run], dataset: str, names: Sequence[str] | None = Non
     fit = fit_split(dataset) if dataset == "locomo" else ()
     if fit:
         parts.append(
-            compare(_subset(frames, fit, False), metrics, reference, subset="held-out", by_group=False)
+            compare(by_dialogue(frames, fit, False), metrics, reference, subset="held-out", by_group=False)
         )
-        parts.append(compare(_subset(frames, fit, True), metrics, reference, subset="fit", by_group=False))
+        parts.append(
+            compare(by_dialogue(frames, fit, True), metrics, reference, subset="fit", by_group=False)
+        )
     out = pd.concat(parts, ignore_index=True)
     tokens = {k: f.loc[f["included"], "context_tokens"].astype(float).mean() for k, f in frames.items()}
     out["context_tokens"] = out["label"].map(tokens)

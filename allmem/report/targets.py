@@ -204,11 +204,18 @@ class _HashCache:
         return entry["hashes"][digest]
 
     def save(self) -> None:
+        """Write this cache's entries over what the file holds now (another instance, such as the one
+        ``sweep_points`` keeps, or another process may have saved entries since this one was read)."""
         if not self.dirty:
             return
+        try:
+            merged: dict[str, dict] = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            merged = {}
+        merged.update(self.data)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(self.data))
+        tmp.write_text(json.dumps(merged))
         tmp.replace(self.path)
 
 
@@ -218,15 +225,12 @@ def points(
     ds_overrides: Sequence[str],
     extra: Sequence[str],
     runs: dict[str, Run],
-    hashes: _HashCache | None = None,
+    hashes: _HashCache,
 ) -> list[Point]:
-    cache = hashes or _HashCache()
     out = []
     for point in sweep_points(experiment):
-        h = cache.config_hash([f"+experiment={experiment}", *ds_overrides, *extra, *point])
+        h = hashes.config_hash([f"+experiment={experiment}", *ds_overrides, *extra, *point])
         out.append(Point(experiment, dataset, tuple(point), h, runs.get(h)))
-    if hashes is None:
-        cache.save()
     return out
 
 
@@ -260,8 +264,10 @@ def run_experiments(
     if not lme:
         print(f"[allmem] {LME_SKIPPED}")
     env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", "1" if jobs > 1 else env.get("OMP_NUM_THREADS", ""))
-    env = {k: v for k, v in env.items() if v != ""}
+    if jobs > 1 and not env.get(
+        "OMP_NUM_THREADS"
+    ):  # parallel jobs: one torch thread each unless the user says
+        env["OMP_NUM_THREADS"] = "1"
     runs: dict[str, Run] | None = None  # complete runs, read again after a multirun made some
     for exp in experiments_of(targets):
         if runs is None:
