@@ -47,7 +47,7 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP) ## Create .venv and install torch (CPU build; TORCH_INDEX= for PyPI's) then allmem; idempotent
 
-test: $(STAMP) ## Run the whole test suite (offline; what CI runs)
+test: $(STAMP) lint ## Lint, then run the whole test suite (offline; what CI runs)
 	$(PY) -m pytest tests
 
 test-fast: $(STAMP) ## The suite without the tests marked slow (real LoCoMo, real embedding model, over ~10 s)
