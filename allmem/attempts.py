@@ -120,10 +120,19 @@ def provenance(data_files: Iterable[Path], backend: dict[str, Any]) -> dict[str,
 
 
 def _read_manifest(run_dir: Path) -> dict[str, Any]:
-    import json
-
     path = run_dir / rundir.MANIFEST
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    if not path.exists():
+        return {}
+    try:  # written atomically by allmem, so a bad manifest was changed by something else: refuse, name it
+        manifest = json.loads(path.read_bytes())
+    except (ValueError, RecursionError) as exc:
+        manifest = exc
+    if not isinstance(manifest, dict):
+        raise RunCorrupt(
+            f"{path}: not a JSON object; allmem writes it whole, so something else changed it: restore it, or "
+            f"move {run_dir} away to start over (the attempts it listed are then forgotten)"
+        )
+    return manifest
 
 
 def begin(run_dir: Path, data_files: Iterable[Path], backend: dict[str, Any], digest: str) -> int:

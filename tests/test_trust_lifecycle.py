@@ -76,6 +76,15 @@ def test_a_line_that_is_json_but_no_record_is_refused_too(tmp_path):
     assert _statuses(run_dir)[-1] == "failed"
 
 
+def test_a_corrupt_manifest_is_one_line_naming_it(tmp_path):
+    run_dir = done_dir(allmem_run(tmp_path, *BASE))
+    (run_dir / rundir.DONE).unlink()
+    (run_dir / rundir.MANIFEST).write_text('{"attempts": [')
+    res = allmem_run(tmp_path, *BASE)
+    _one_line_error(res, f"{run_dir / rundir.MANIFEST}: not a JSON object")
+    assert (run_dir / rundir.MANIFEST).read_text() == '{"attempts": ['  # left as found, for the user to see
+
+
 # ------------------------------------------------------------------ item 10: Ctrl-C and SIGTERM
 
 
