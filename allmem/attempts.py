@@ -17,6 +17,7 @@ A run may take several attempts (killed, an LLM outage, a fix and a rerun). Each
 from __future__ import annotations
 
 import fcntl
+import json
 import logging
 import os
 import platform
@@ -31,7 +32,7 @@ from types import TracebackType
 from typing import Any
 
 from allmem import rundir
-from allmem.errors import ConfigError, RunLocked
+from allmem.errors import ConfigError, RunCorrupt, RunLocked
 from allmem.llm.ledger import read_calls, totals_of
 from allmem.types import Dialogue
 
@@ -119,10 +120,19 @@ def provenance(data_files: Iterable[Path], backend: dict[str, Any]) -> dict[str,
 
 
 def _read_manifest(run_dir: Path) -> dict[str, Any]:
-    import json
-
     path = run_dir / rundir.MANIFEST
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    if not path.exists():
+        return {}
+    try:  # written atomically by allmem, so a bad manifest was changed by something else: refuse, name it
+        manifest = json.loads(path.read_bytes())
+    except (ValueError, RecursionError) as exc:
+        manifest = exc
+    if not isinstance(manifest, dict):
+        raise RunCorrupt(
+            f"{path}: not a JSON object; allmem writes it whole, so something else changed it: restore it, or "
+            f"move {run_dir} away to start over (the attempts it listed are then forgotten)"
+        )
+    return manifest
 
 
 def begin(run_dir: Path, data_files: Iterable[Path], backend: dict[str, Any], digest: str) -> int:
@@ -157,7 +167,8 @@ def begin(run_dir: Path, data_files: Iterable[Path], backend: dict[str, Any], di
 
 
 def end(run_dir: Path, attempt: int, status: str, **summary: Any) -> None:
-    """Record how the attempt ended: complete | failed | stopped | crashed, with its counts and last error."""
+    """Record how the attempt ended: complete | failed | stopped | interrupted | crashed, with its counts and
+    last error."""
     manifest = _read_manifest(run_dir)
     for entry in manifest.get("attempts", ()):
         if entry.get("attempt") == attempt:
@@ -176,6 +187,7 @@ def resume(run_dir: Path, dialogues: Sequence[Dialogue]) -> tuple[set[str], list
         cut = rundir.repair_jsonl(path)
         if cut:
             log.warning("%s: cut a torn last line (%d bytes) left by an interrupted attempt", path.name, cut)
+        check_lines(path)
     failed = rundir.drop_lines(run_dir / rundir.PREDICTIONS, lambda r: r.get("error") is not None)
     if failed:
         log.info("%d failed questions of an earlier attempt will be asked again", failed)
@@ -185,6 +197,50 @@ def resume(run_dir: Path, dialogues: Sequence[Dialogue]) -> tuple[set[str], list
     rundir.drop_lines(run_dir / rundir.SYSTEM_STATS, lambda r: r.get("dialogue_id") in again)
     rundir.drop_lines(run_dir / rundir.EVENTS, lambda r: r.get("dialogue") in again)
     return done, redo
+
+
+def check_lines(path: Path) -> None:
+    """Raise ``RunCorrupt`` naming ``path`` and the line when a complete line is not a JSON object.
+
+    allmem writes whole lines (flushed and synced) and cuts a torn last one, so such a line was made by something
+    else (a hand edit, another tool, a disk fault). The rerun refuses instead of setting the line aside and asking
+    its question again: what the line held cannot be known, and the user should see the file before trusting it.
+    """
+    with path.open("rb") as fh:
+        for n, raw in enumerate(fh, 1):
+            if not raw.endswith(b"\n") or not raw.strip():
+                continue
+            try:
+                ok = isinstance(json.loads(raw), dict)
+                why = "not a JSON object"
+            except (
+                ValueError,
+                RecursionError,
+            ) as exc:  # bad JSON, bad UTF-8, a 5,000-digit number, deep nesting
+                ok, why = False, f"not valid JSON: {getattr(exc, 'msg', None) or type(exc).__name__}"
+            if not ok:
+                raise RunCorrupt(
+                    f"{path}: line {n}: {why}; allmem never writes such a line, so something else changed the "
+                    f"file: look at it, then delete that line to redo what it recorded (sed -i '{n}d' {path}) "
+                    f"or move {path.parent} away to start over"
+                )
+
+
+def readable_records(run_dir: Path) -> list[dict[str, Any]]:
+    """The predictions for the attempt's closing counts; none when the file is corrupt (``check_lines`` named the
+    line), so that recording how the attempt ended never fails on it."""
+    try:
+        return rundir.read_jsonl(run_dir / rundir.PREDICTIONS)
+    except (ValueError, RecursionError):
+        return []
+
+
+def ended_by(exc: BaseException) -> str:
+    """The status of an attempt that an exception ended: ``failed`` for an expected error (the user's to fix: a
+    corrupt file, a full disk, a refused config, ...), ``crashed`` for anything else (a bug)."""
+    from allmem.errors import expected_errors, is_environment_error
+
+    return "failed" if isinstance(exc, expected_errors()) or is_environment_error(exc) else "crashed"
 
 
 def run_cost(run_dir: Path) -> dict[str, Any]:

@@ -6,16 +6,21 @@
     allmem download locomo|longmemeval_s  fetch a public dataset into data/ and verify it
 
 ``allmem run --help`` shows Hydra's help with every config group and its options. Expected errors (bad config
-or input, missing data or key, a held lock, failed questions) print one line and exit 1; HYDRA_FULL_ERROR=1
-shows the traceback.
+or input, missing data or key, a held lock, failed questions, a full disk or read-only folder) print one line
+and exit 1; a sweep (``-m``) runs every point and exits 1 naming the failed ones; Ctrl-C and SIGTERM print one
+line and exit 128 + the signal (130, 143). HYDRA_FULL_ERROR=1 shows the traceback.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import signal
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 
@@ -41,22 +46,92 @@ def _run(argv: list[str]) -> int:
         print(f"allmem: config folder not found: {CONFIG_DIR}", file=sys.stderr)
         return 2
 
-    from allmem.errors import expected_errors, one_line
+    from allmem.errors import Interrupted, expected_errors, is_environment_error, one_line
 
     expected = expected_errors()
 
     def main(cfg: DictConfig) -> None:
+        point = _sweep_point()
         try:
             run(cfg)
-        except expected as exc:
+        except Exception as exc:
+            if not isinstance(exc, expected) and not is_environment_error(exc):
+                raise
             if os.environ.get("HYDRA_FULL_ERROR") == "1":
                 raise
             print(f"allmem run: error: {one_line(exc)}", file=sys.stderr)
-            sys.exit(1)
+            if point is None:
+                sys.exit(1)
+            point["error"] = one_line(exc)  # one bad point does not stop the sweep; it ends exit 1
+        if point is not None:
+            _note_point(point)
 
+    # SIGTERM (kill, a scheduler's stop) ends a run as Ctrl-C does: attempt recorded, lock released, one line
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _raise_interrupted)
     sys.argv = ["allmem run", *argv]
-    hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")(main)()
+    fd, ledger = tempfile.mkstemp(prefix="allmem-sweep-", suffix=".jsonl")
+    os.close(fd)
+    os.environ[_POINTS_ENV] = ledger  # the launcher's worker processes (joblib) inherit it
+    try:
+        hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")(main)()
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the runner recorded the attempt as interrupted
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+        print(f"allmem run: error: interrupted by {signal.Signals(signum).name}; nothing was sealed, "
+              "rerun the same command to resume", file=sys.stderr)  # fmt: skip
+        return 128 + signum
+    finally:
+        lines = Path(ledger).read_text(encoding="utf-8").splitlines()
+        points = sorted((json.loads(line) for line in lines if line.strip()), key=lambda p: p["num"])
+        Path(ledger).unlink(missing_ok=True)
+    labels = _point_labels([p["overrides"] for p in points])
+    failed = [f"#{p['num']} {label}" for p, label in zip(points, labels, strict=True) if p["error"]]
+    if failed:
+        print(f"allmem run: error: {len(failed)} of {len(points)} sweep points failed: {'; '.join(failed)}",
+              file=sys.stderr)  # fmt: skip
+        return 1
     return 0
+
+
+# A file each point of a sweep appends its outcome to, whichever process the launcher runs it in.
+_POINTS_ENV = "ALLMEM_SWEEP_POINTS"
+
+
+def _raise_interrupted(signum: int, frame: object) -> None:
+    from allmem.errors import Interrupted
+
+    raise Interrupted(signum)
+
+
+def _sweep_point() -> dict[str, Any] | None:
+    """This job's number and overrides when it is a point of a sweep (``-m``), else None."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return None
+    hc = HydraConfig.get()
+    return {"num": int(hc.job.num), "overrides": list(hc.overrides.task), "error": None}
+
+
+def _note_point(point: dict[str, Any]) -> None:
+    """Append the point's outcome to the sweep's file: one short line, one ``O_APPEND`` write (whole lines even
+    when parallel workers write at once)."""
+    path = os.environ.get(_POINTS_ENV)
+    if path:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, (json.dumps(point) + "\n").encode())
+        finally:
+            os.close(fd)
+
+
+def _point_labels(points: list[list[str]]) -> list[str]:
+    """Each point by the overrides that tell it from the others (all of them for a one-point sweep)."""
+    shared = set.intersection(*(set(p) for p in points)) if len(points) > 1 else set()
+    return [",".join(o for o in p if o not in shared) or ",".join(p) for p in points]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,6 +7,8 @@ do, so a traceback would only bury it. ``HYDRA_FULL_ERROR=1`` shows the tracebac
 
 from __future__ import annotations
 
+import errno
+
 
 class ConfigError(ValueError):
     """A configuration value that cannot work; the message names the key (``llm.base_url``, ``budget.tokens``)."""
@@ -20,6 +22,37 @@ class RunFailed(RuntimeError):
     """The run ended with failed questions (or was stopped early); nothing was sealed, a rerun retries them."""
 
 
+class RunCorrupt(RuntimeError):
+    """A record file of a run directory holds a line allmem cannot have written (it writes whole lines and cuts
+    a torn last one); the message names the file and line and how to mend it. A rerun refuses rather than guess
+    what the line held: something outside allmem changed the file, and the user should look."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM reached ``allmem run``: handled as Ctrl-C everywhere (the attempt is recorded as
+    interrupted, the lock released, nothing sealed); ``signum`` gives the conventional exit status 128 + N."""
+
+    def __init__(self, signum: int) -> None:
+        import signal
+
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+# OS errors the user's environment causes (a full disk, a read-only folder, a path through a file, or a
+# symlink loop): reported in one line naming the path, like the classes above; any other OSError is a bug.
+ENVIRONMENT_ERRNOS = frozenset(
+    getattr(errno, name)
+    for name in ("ENOSPC", "EDQUOT", "EFBIG", "EROFS", "EACCES", "EPERM", "ENOTDIR", "EISDIR", "ELOOP",
+                 "ENAMETOOLONG", "EIO")
+    if hasattr(errno, name)
+)  # fmt: skip
+
+
+def is_environment_error(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in ENVIRONMENT_ERRNOS
+
+
 def expected_errors() -> tuple[type[BaseException], ...]:
     """Every error class ``allmem run`` prints as one line (imported here so the CLI need not know where)."""
     from allmem.llm.base import LLMError
@@ -27,10 +60,22 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     from allmem.types import RecordError
     from benchmarks.errors import DatasetError
 
-    return (ConfigError, RunLocked, RunFailed, LLMError, DataNotFoundError, DatasetError, RecordError)
+    return (
+        ConfigError,
+        RunLocked,
+        RunFailed,
+        RunCorrupt,
+        LLMError,
+        DataNotFoundError,
+        DatasetError,
+        RecordError,
+    )
 
 
 def one_line(exc: BaseException) -> str:
-    """The message on one line (multi-line messages joined with "; ")."""
+    """The message on one line (multi-line messages joined with "; "); an OS error names its path first."""
+    if isinstance(exc, OSError) and exc.filename is not None:
+        where = f"{exc.filename}" + (f" -> {exc.filename2}" if exc.filename2 is not None else "")
+        return f"{where}: {exc.strerror or type(exc).__name__} (errno {exc.errno})"
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return "; ".join(lines) or type(exc).__name__

@@ -86,6 +86,11 @@ def resolve_data_path(dataset: str, path: str | os.PathLike[str] | None, *, root
     if path is not None and str(path) != "":
         explicit = Path(path).expanduser()
         if not explicit.exists():
+            if explicit.is_symlink():  # a loop or a dangling link; resolve() would raise on a loop
+                raise DataNotFoundError(
+                    f"{spec.title}: dataset.path {str(path)!r} is a symlink that leads to no file "
+                    f"(a loop or a missing target: {os.readlink(explicit)!r}); fix the link or the path"
+                )
             raise DataNotFoundError(
                 f"{spec.title}: dataset.path {str(path)!r} does not exist "
                 f"(resolved to {explicit.resolve()}); fix the path or run `allmem download {dataset}`"

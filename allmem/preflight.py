@@ -24,6 +24,7 @@ from omegaconf import DictConfig
 from allmem.errors import ConfigError
 from allmem.llm.base import LLMError
 from allmem.types import Dialogue
+from benchmarks import check_limits
 
 log = logging.getLogger("allmem.run")
 
@@ -37,6 +38,7 @@ def check_config(cfg: DictConfig) -> None:
         raise ConfigError(f"budget.tokens: must be a non-negative integer, got {budget!r}")
     if not isinstance(cfg.run.get("seed"), int):
         raise ConfigError(f"run.seed: must be an integer, got {cfg.run.get('seed')!r}")
+    check_limits(cfg.dataset)
     llm = cfg.llm
     backend = str(llm.get("backend", "offline"))
     if backend == "openai" and not llm.get("dry_run", False):

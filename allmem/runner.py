@@ -192,11 +192,11 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
             return run_dir
         rundir.prepare(run_dir, cfg)
         attempt = attempts.begin(run_dir, data_files, backend, digest)
-        if svc.ledger is not None:
-            svc.ledger.set_attempt(attempt)
-        done, redo = attempts.resume(run_dir, dialogues)
         status, stopped = "crashed", None
-        try:
+        try:  # from here on, however the attempt ends (an error, Ctrl-C, SIGTERM), the manifest says how
+            if svc.ledger is not None:
+                svc.ledger.set_attempt(attempt)
+            done, redo = attempts.resume(run_dir, dialogues)
             stopped = _answer_all(cfg, svc, protocol, dialogues, done, set(redo), attempt)
             status = "stopped" if stopped else "finished"
         except KeyboardInterrupt:
@@ -204,9 +204,10 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
             raise
         except Exception as exc:  # the manifest keeps what ended the attempt; the caller reports it
             stopped = exc
+            status = attempts.ended_by(exc)
             raise
         finally:
-            records = rundir.read_jsonl(run_dir / rundir.PREDICTIONS)
+            records = attempts.readable_records(run_dir)
             failed = [r for r in records if r.get("error") is not None]
             if status == "finished":
                 status = "failed" if failed else "complete"

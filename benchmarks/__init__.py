@@ -46,12 +46,23 @@ def _import(target: str) -> Callable[..., list[Dialogue]]:
 
 
 def _limit(cfg: Mapping[str, Any], key: str) -> int | None:
+    """``dataset.limit_*``: null or a count. -1, 1.5 or true would slice the data silently (``[:-1]`` drops the
+    last dialogue), so they are refused in one line; ``allmem.preflight`` checks them before the run exists."""
+    from allmem.errors import ConfigError
+
     value = cfg.get(key)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"dataset.{key} must be null or a non-negative integer, got {value!r}")
+        raise ConfigError(f"dataset.{key}: must be null or a non-negative integer, got {value!r}")
     return value
+
+
+def check_limits(cfg: Any) -> None:
+    """Raise ``ConfigError`` naming the key when a ``dataset.limit_*`` value cannot be a count."""
+    conf = _as_dict(cfg)
+    for key in ("limit_dialogues", "limit_questions"):
+        _limit(conf, key)
 
 
 def load_dataset(cfg: Any) -> list[Dialogue]:

@@ -96,3 +96,7 @@ def parse_json(data: bytes | str, file: str) -> Any:
     except json.JSONDecodeError as exc:
         msg = exc.msg.removesuffix(" at")  # "Invalid control character at" reads badly before our position
         raise DatasetError(file, f"invalid JSON at line {exc.lineno} column {exc.colno}: {msg}") from None
+    except ValueError as exc:  # valid JSON Python refuses: an integer of more than 4,300 digits
+        raise DatasetError(file, f"unreadable JSON: {str(exc).split(';')[0]}") from None
+    except RecursionError:  # valid JSON nested deeper than Python's recursion limit (~1,000 levels)
+        raise DatasetError(file, "unreadable JSON: nested too deeply (over ~1,000 levels)") from None
