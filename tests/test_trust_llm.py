@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -290,3 +292,48 @@ def test_empty_replies_fail_the_run_and_a_healthy_rerun_completes(tmp_path):
     records = rundir.read_jsonl(run_dir / rundir.PREDICTIONS)
     assert len(records) == N_TINY and not any("error" in r for r in records)
     assert all(r["prediction"] for r in records)
+
+
+# ------------------------------------------------------------------ invalid judge verdicts: counted, warned, flagged
+
+
+@pytest.mark.slow
+def test_invalid_verdicts_are_counted_warned_about_and_flagged_in_the_footer(tmp_path):
+    """One judge reply of the 14 reads as neither yes nor no (1/14 = 7.1% > 2%): the run completes (an invalid
+    verdict is an answer, not a failed call), warns in one line, metrics.json counts and rates it, and both the
+    overview report and a paper footer carry the flag."""
+    from allmem.report.provenance import footer
+    from allmem.report.tables import find_runs
+
+    stub = StubLLM().start()
+    healthy = stub.reply
+
+    def reply(prompt: str) -> str:
+        if (
+            "end your reply with exactly [[yes]] or [[no]]" in prompt
+            and "What breed is Ben's puppy?" in prompt
+        ):
+            return "I cannot tell from this."
+        return healthy(prompt)
+
+    stub.reply = reply  # type: ignore[method-assign]
+    try:
+        res = allmem_run(tmp_path, *_openai_run(stub.base_url), environ=env(TRUST_KEY=KEY))
+    finally:
+        stub.stop()
+    assert res.rc == 0, res.err[-2000:]
+    run_dir = done_dir(res)
+    (warning,) = [line for line in res.err_lines if "verdicts invalid" in line]
+    assert (
+        "WARNING" in warning and f"judge: 1 of {N_TINY} verdicts invalid (7.1% > 2%) in {run_dir}" in warning
+    )
+    overall = json.loads((run_dir / rundir.METRICS).read_text())["overall"]
+    assert overall["judge_counts"]["invalid"] == 1 and overall["judge_invalid_rate"] == pytest.approx(
+        1 / N_TINY
+    )
+    (run,) = find_runs(tmp_path / "runs")
+    note = f"4o-J invalid verdicts (not in its denominator): {run.label} 1/{N_TINY} (7.1% FLAGGED: above 2%)."
+    assert f"*{note}*" in footer([run], "table1")
+    report = subprocess.run([sys.executable, "-m", "allmem.cli", "report", str(tmp_path / "runs")], cwd=tmp_path,
+                            env=env(), capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert report.returncode == 0 and f"*{note}*" in report.stdout, report.stderr[-2000:]
