@@ -75,6 +75,7 @@ def ask(llm, question: str = "Where did Caroline go?"):  # noqa: ANN001, ANN201
         (("body", (200, "application/json", b"{not json")), "reply is not JSON"),
         (("body", (200, "text/html", HTML[2])), "reply is not JSON (text/html"),
         (("content", "caf\ud800"), "lone surrogate"),
+        (("body", HTML), "InternalServerError: Error code: 502 (after 2 retries)"),
     ],
 )  # fmt: skip
 def test_a_200_without_a_usable_answer_fails_the_call_and_is_never_cached(stub, tmp_path, action, needle):

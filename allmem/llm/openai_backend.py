@@ -220,10 +220,10 @@ def _describe(exc: Exception) -> str:
     """``APIConnectionError: Connection error. ([Errno 111] Connection refused)``: the client's words and the
     cause underneath, which says what actually happened (refused, timed out, name not resolved)."""
     text = f"{type(exc).__name__}: {exc}"
-    cause = exc.__cause__ or exc.__context__
+    cause = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
     if cause is not None and str(cause) and str(cause) not in text:
         text += f" ({type(cause).__name__}: {cause})"
-    return text
+    return " ".join(text.split())  # one line: it goes into warnings, the ledger and the run's failure summary
 
 
 class BadReply(RuntimeError):
