@@ -266,23 +266,31 @@ def test_a_garbage_cache_stops_openai_and_replay_naming_the_file(tmp_path):
 
 
 @pytest.mark.slow
-def test_empty_replies_fail_the_run_and_a_healthy_rerun_completes(tmp_path):
-    """Every answer call gets a 200 with no choices: the run fails in one line (exit 1, no DONE), the failed
-    questions carry the error, nothing is cached; the same command against a healthy stub completes."""
+@pytest.mark.parametrize(
+    ("action", "needle"),
+    [
+        (("choices", []), "reply holds no choices"),
+        (("body", (200, "text/html", HTML[2])), "reply is not JSON (text/html"),
+        (("content", "caf\ud800"), "lone surrogate"),
+    ],
+)
+def test_empty_replies_fail_the_run_and_a_healthy_rerun_completes(tmp_path, action, needle):
+    """Every answer call gets a 200 without a usable answer: the run fails in one line (exit 1, no DONE), the
+    failed questions carry the error, nothing is cached; the same command against a healthy stub completes."""
     stub = StubLLM().start()
     environ = env(TRUST_KEY=KEY)
     args = _openai_run(stub.base_url, "llm.max_retries=0", "llm.breaker_after=0")
     try:
-        stub.script(*[("choices", [])] * N_TINY)  # every answer call (the probe is a GET)
+        stub.script(*[action] * N_TINY)  # every answer call (the probe is a GET)
         first = allmem_run(tmp_path, *args, environ=environ)
         assert first.rc == 1 and "Traceback" not in first.err, first.err[-2000:]
         assert first.last_line().startswith(f"allmem run: error: {N_TINY} of {N_TINY} questions failed")
-        assert "reply holds no choices" in first.last_line()
+        assert needle in first.last_line()
         assert "[allmem] done" not in first.out
         (run_dir,) = run_dirs(tmp_path)
         assert not (run_dir / rundir.DONE).exists()
         records = rundir.read_jsonl(run_dir / rundir.PREDICTIONS)
-        assert len(records) == N_TINY and all("no choices" in r["error"] for r in records)
+        assert len(records) == N_TINY and all(needle in r["error"] for r in records)
         with sqlite3.connect(tmp_path / "cache" / "llm" / "responses.sqlite") as conn:
             assert conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0] == 0
         second = allmem_run(tmp_path, *args, environ=environ)
