@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 from omegaconf import DictConfig
 
 from allmem.errors import ConfigError
+from allmem.llm import validate_llm_config
 from allmem.llm.base import LLMError
 from allmem.types import Dialogue
 from benchmarks import check_limits
@@ -40,6 +41,7 @@ def check_config(cfg: DictConfig) -> None:
         raise ConfigError(f"run.seed: must be an integer, got {cfg.run.get('seed')!r}")
     check_limits(cfg.dataset)
     llm = cfg.llm
+    validate_llm_config(llm)
     backend = str(llm.get("backend", "offline"))
     if backend == "openai" and not llm.get("dry_run", False):
         _check_openai(llm)
@@ -100,6 +102,7 @@ def _probe(url: str, host: str, port: int, key: str, connect_s: float, read_s: f
 
 def _check_replay(cfg: DictConfig) -> None:
     from allmem.llm import cache_path
+    from allmem.llm.cache import unreadable
 
     path = cache_path(cfg.llm, Path(cfg.paths.cache_dir) / "llm")
     rows = 0
@@ -107,8 +110,8 @@ def _check_replay(cfg: DictConfig) -> None:
         try:
             with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
                 rows = int(conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0])
-        except sqlite3.Error:
-            rows = 0
+        except sqlite3.Error as exc:  # a damaged cache is no empty one: name it, never "record it first"
+            raise unreadable(path, exc) from None
     if rows == 0:
         state = "holds no responses" if path.exists() else "does not exist"
         raise LLMError(

@@ -40,7 +40,8 @@ NOT_IDENTITY: tuple[str, ...] = (
     "run.root", "run.name", "run.progress", "paths", "wandb", "hydra",
     "dataset.path", "dataset.fit_dialogues", "embedder.cache_dir",
     "llm.timeout_s", "llm.connect_timeout_s", "llm.max_retries", "llm.backoff_base_s", "llm.backoff_max_s",
-    "llm.max_concurrency", "llm.rpm", "llm.tpm", "llm.breaker_after", "llm.cache", "llm.prices", "llm.api_key_env",
+    "llm.max_concurrency", "llm.rpm", "llm.tpm", "llm.breaker_after", "llm.try_timeout_s", "llm.call_timeout_s",
+    "llm.cache", "llm.prices", "llm.api_key_env",
     "run.bank_cache", "method.bank_cache",  # where All-Mem keeps re-usable banks (a re-used bank answers the same)
 )  # fmt: skip
 # Override keys the path already shows (``<dataset>/<method>...``): not repeated in the name.

@@ -30,6 +30,7 @@ from allmem import attempts, preflight, rundir
 from allmem.budget import pack
 from allmem.errors import ConfigError, RunFailed
 from allmem.metrics import score_records
+from allmem.metrics.judge import invalid_warning
 from allmem.metrics.protocols import Protocol
 from allmem.metrics.retrieval import rank_source_ids
 from allmem.report.wandb_log import log_run
@@ -221,6 +222,8 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
             raise RunFailed(_summary(records, failed, stopped, svc, run_dir))
 
         metrics = score_records(records, protocol)
+        if warning := invalid_warning(metrics, str(run_dir)):  # allmem.metrics.judge.INVALID_WARN_RATE
+            log.warning(warning)
         metrics["run"] = {
             "label": rundir.run_label(cfg, overrides),
             "config_hash": rundir.config_hash(cfg, digest),

@@ -61,7 +61,11 @@ class StubLLM:
         return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
 
     def script(self, *items: tuple[str, Any]) -> None:
-        """Queue replies: ("status", 429) | ("status", 500) | ("content", "raw text") | ("delay", seconds)."""
+        """Queue replies: ("status", 429) | ("status", 500) | ("content", "raw text") | ("delay", seconds) |
+        ("choices", [...]) (a 200 with these choices, e.g. ``[]`` or a null content) | ("body", (status,
+        content_type, bytes)) (any HTTP answer, e.g. an HTML gateway page) | ("trickle", (seconds, n)) (a normal
+        reply whose body arrives one byte per ``seconds``; it stops after ``n`` bytes or when the client leaves)
+        | ("retry_after", (status, header value))."""
         with self._lock:
             self._queue.extend(items)
 
@@ -87,6 +91,15 @@ class StubLLM:
                 if action is not None and action[0] == "delay":  # answer normally, but too late
                     time.sleep(float(action[1]))
                     action = None
+                if action is not None and action[0] == "body":
+                    return self._send_bytes(*action[1])
+                if action is not None and action[0] == "retry_after":
+                    status, value = action[1]
+                    return self._send(
+                        status, {"error": {"message": "slow down", "type": "rate"}}, {"retry-after": value}
+                    )
+                if action is not None and action[0] == "trickle":
+                    return self._trickle(*action[1])
                 if action is not None and action[0] == "status":
                     return self._send(
                         int(action[1]),
@@ -94,24 +107,47 @@ class StubLLM:
                         {"retry-after": "0"},
                     )
                 prompt = "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
+                if action is not None and action[0] == "choices":
+                    return self._send(200, self._completion(body, prompt, "", action[1]))
                 content = action[1] if action is not None else stub.reply(prompt)
-                self._send(
-                    200,
-                    {
-                        "id": f"chatcmpl-{len(stub.requests)}",
-                        "object": "chat.completion",
-                        "created": 0,
-                        "model": body.get("model", "stub"),
-                        "choices": [
-                            {
-                                "index": 0,
-                                "message": {"role": "assistant", "content": content},
-                                "finish_reason": "stop",
-                            }
-                        ],
-                        "usage": usage_for(prompt, content),
-                    },
-                )
+                self._send(200, self._completion(body, prompt, content))
+
+            def _completion(
+                self, body: dict[str, Any], prompt: str, content: str, choices: Any = None
+            ) -> dict[str, Any]:
+                if choices is None:
+                    message = {"role": "assistant", "content": content}
+                    choices = [{"index": 0, "message": message, "finish_reason": "stop"}]
+                return {
+                    "id": f"chatcmpl-{len(stub.requests)}",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": body.get("model", "stub"),
+                    "choices": choices,
+                    "usage": usage_for(prompt, content),
+                }
+
+            def _send_bytes(self, status: int, content_type: str, data: bytes) -> None:
+                self.send_response(status)
+                self.send_header("content-type", content_type)
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _trickle(self, seconds: float, n: int) -> None:
+                data = json.dumps(self._completion({}, "", "trickled")).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                try:
+                    for i in range(min(n, len(data))):
+                        self.wfile.write(data[i : i + 1])
+                        self.wfile.flush()
+                        time.sleep(seconds)
+                except OSError:  # the client gave up: that is the point
+                    pass
+                self.close_connection = True
 
             def _send(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
                 data = json.dumps(obj).encode()

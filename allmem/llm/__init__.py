@@ -38,14 +38,37 @@ __all__ = [
     "TransportError",
     "build_llm",
     "build_request",
+    "validate_llm_config",
 ]
 
 BACKENDS = ("offline", "openai", "replay", "scripted")  # scripted: a test fake (allmem/llm/scripted.py)
 _KNOWN = {
     "backend", "model", "base_url", "api_key_env", "temperature", "timeout_s", "connect_timeout_s", "max_retries",
     "backoff_base_s", "backoff_max_s", "max_concurrency", "rpm", "tpm", "cache", "judge", "dry_run", "replay_of",
-    "prices", "script", "fallback", "breaker_after",
+    "prices", "script", "fallback", "breaker_after", "try_timeout_s", "call_timeout_s",
 }  # fmt: skip
+# Positive numbers (None allowed where the value means "unlimited"); checked before a run directory exists.
+_POSITIVE = {"timeout_s": False, "connect_timeout_s": False, "try_timeout_s": False, "call_timeout_s": False,
+             "max_concurrency": False, "rpm": True, "tpm": True}  # fmt: skip
+_NON_NEGATIVE = ("max_retries", "breaker_after", "backoff_base_s", "backoff_max_s")
+
+
+def validate_llm_config(cfg_llm: Any) -> None:
+    """Raise ``LLMError`` naming the field for a pacing, timeout or retry setting that is not a number in range
+    (``llm.rpm=-5``, ``llm.timeout_s=0``), so it stops the run before its directory is made, not at the first call.
+    """
+    cfg = _as_dict(cfg_llm)
+    for key, nullable in _POSITIVE.items():
+        value = cfg.get(key)
+        if value is None and (nullable or key not in cfg):
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            unlimited = " (or null for unlimited)" if nullable else ""
+            raise LLMError(f"llm.{key}: must be a number > 0{unlimited}, got {value!r}")
+    for key in _NON_NEGATIVE:
+        value = cfg.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+            raise LLMError(f"llm.{key}: must be a number >= 0, got {value!r}")
 
 
 def _as_dict(cfg: Any) -> dict[str, Any]:
@@ -77,6 +100,7 @@ def build_llm(
     Errors name the config field (``llm.<field>``).
     """
     cfg = _as_dict(cfg_llm)
+    validate_llm_config(cfg)
     unknown = sorted(k for k in cfg if k not in _KNOWN and not str(k).startswith("_"))
     if unknown:
         raise LLMError(
@@ -105,6 +129,8 @@ def build_llm(
             timeout_s=float(cfg.get("timeout_s", 60)),
             connect_timeout_s=float(cfg.get("connect_timeout_s", 5)),
             max_retries=int(cfg.get("max_retries", 4)),
+            try_timeout_s=float(cfg.get("try_timeout_s", 120)),
+            call_timeout_s=float(cfg.get("call_timeout_s", 600)),
             backoff_base_s=float(cfg.get("backoff_base_s", 1.0)),
             backoff_max_s=float(cfg.get("backoff_max_s", 60.0)),
             max_concurrency=int(cfg.get("max_concurrency", 4)),

@@ -6,6 +6,12 @@ API key and the base URL are not (the key is a secret; the URL does not change w
 One connection per thread: sqlite3 connections must not be shared across threads; WAL lets readers and one
 writer in other processes proceed without blocking each other, and ``INSERT OR IGNORE`` makes concurrent
 writes of the same key harmless.
+
+A file that SQLite cannot read (garbage, truncated, a table of another shape) stops the run with ``LLMError``
+naming the file and saying how to rebuild it (delete it; its replies are asked again, or recorded again for
+replay); the cache never silently starts over, since under ``llm=replay`` it is the only source of replies. A
+stored reply that is empty or not valid Unicode (written by an older version that cached empty answers) is no
+answer: ``get`` drops it and reports a miss, so it is never served as a success.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from allmem.llm.base import LLMError
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -69,6 +77,29 @@ class CachedReply:
     tokens_out: int
 
 
+def usable(text: Any) -> bool:
+    """Whether a reply text can be served: a non-blank string that is valid Unicode (no lone surrogate)."""
+    if not isinstance(text, str) or not text.strip():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def unreadable(path: Path, exc: BaseException) -> LLMError:
+    """The one message for a response cache SQLite cannot use (preflight and the cache itself raise it)."""
+    if "locked" in str(exc):  # busy beyond the timeout: another process holds it, the file is fine
+        return LLMError(
+            f"llm.cache: {path} stayed locked by another process ({exc}); run again when it is free"
+        )
+    return LLMError(
+        f"llm.cache: {path} is not a readable response cache ({type(exc).__name__}: {exc}); delete it to rebuild "
+        "it (llm=openai asks its prompts again; llm=replay needs it recorded again with llm=openai)"
+    )
+
+
 class ResponseCache:
     """Get/put by key, with hit and miss counts per phase. ``enabled=False`` bypasses it entirely."""
 
@@ -87,12 +118,16 @@ class ResponseCache:
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(str(self.path), timeout=self.timeout_s, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute(f"PRAGMA busy_timeout={int(self.timeout_s * 1000)}")
-            conn.execute(_SCHEMA)
-            conn.commit()
+            try:
+                conn = sqlite3.connect(str(self.path), timeout=self.timeout_s, check_same_thread=False)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.execute(f"PRAGMA busy_timeout={int(self.timeout_s * 1000)}")
+                conn.execute(_SCHEMA)
+                conn.execute("SELECT key, text, tokens_in, tokens_out FROM responses LIMIT 1").fetchall()
+                conn.commit()
+            except sqlite3.Error as exc:
+                raise unreadable(self.path, exc) from None
             self._local.conn = conn
             with self._lock:
                 self._conns.append(conn)
@@ -101,36 +136,46 @@ class ResponseCache:
     def get(self, key: str, phase: str) -> CachedReply | None:
         if not self.enabled:
             return None
-        row = (
-            self._conn()
-            .execute("SELECT text, tokens_in, tokens_out FROM responses WHERE key=?", (key,))
-            .fetchone()
-        )
+        conn = self._conn()
+        try:
+            row = conn.execute(
+                "SELECT text, tokens_in, tokens_out FROM responses WHERE key=?", (key,)
+            ).fetchone()
+            if row is not None and not usable(
+                row[0]
+            ):  # an empty answer cached by an older version: no answer
+                conn.execute("DELETE FROM responses WHERE key=?", (key,))
+                conn.commit()
+                row = None
+            reply = CachedReply(row[0], int(row[1]), int(row[2])) if row else None
+        except (sqlite3.Error, TypeError, ValueError) as exc:
+            raise unreadable(self.path, exc) from None
         with self._lock:
-            self._counts[phase]["hits" if row else "misses"] += 1
-        return CachedReply(row[0], int(row[1]), int(row[2])) if row else None
+            self._counts[phase]["hits" if reply else "misses"] += 1
+        return reply
 
     def put(
         self, key: str, *, phase: str, template: str, backend: str, model: str, reply: CachedReply
     ) -> None:
-        if not self.enabled:
+        if not self.enabled or not usable(reply.text):  # an empty reply is a failed call, never an answer
             return
         conn = self._conn()
-        conn.execute(
-            "INSERT OR IGNORE INTO responses VALUES (?,?,?,?,?,?,?,?,?)",
-            (
-                key,
-                phase,
-                template,
-                backend,
-                model,
-                reply.text,
-                reply.tokens_in,
-                reply.tokens_out,
-                time.time(),
-            ),
+        row = (
+            key,
+            phase,
+            template,
+            backend,
+            model,
+            reply.text,
+            reply.tokens_in,
+            reply.tokens_out,
+            time.time(),
         )
-        conn.commit()
+        try:
+            conn.execute("INSERT OR IGNORE INTO responses VALUES (?,?,?,?,?,?,?,?,?)", row)
+            conn.commit()
+        except sqlite3.Error as exc:
+            raise unreadable(self.path, exc) from None
 
     def __len__(self) -> int:
         if not self.enabled:

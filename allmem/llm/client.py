@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from allmem.llm.base import BackendReply, ChatRequest, ChatResult, LLMError, ReplayMiss, TransportError
-from allmem.llm.cache import CachedReply, ResponseCache, cache_key
+from allmem.llm.cache import CachedReply, ResponseCache, cache_key, usable
 from allmem.llm.ledger import Ledger
 from allmem.llm.prompts import load_template, parse_reply
 from allmem.tokens import count_tokens
@@ -168,27 +168,10 @@ class LLM:
             reply = self.backend.complete(
                 req, model, params | {"est_tokens": est_in + (req.max_tokens or load_est(req.template))}
             )
+            if self.backend.makes_network_calls and not usable(reply.text):  # backstop: no reply is no answer
+                raise TransportError("empty reply", retries=reply.retries)
         except TransportError as exc:
-            latency = (time.perf_counter() - t0) * 1000
-            self._book(
-                req, model, key, est_in, 0, latency, cached=False, ok=False, estimated=True, error=str(exc),
-                retries=exc.retries,
-            )  # fmt: skip
-            self._count_failure(str(exc))
-            return ChatResult(
-                text="",
-                phase=req.phase,
-                template=req.template,
-                backend=self.backend.name,
-                model=model,
-                prompt_hash=key,
-                tokens_in=est_in,
-                tokens_out=0,
-                latency_ms=latency,
-                cached=False,
-                error=f"transport: {exc}",
-                estimated=True,
-            )
+            return self._failed(req, model, key, est_in, t0, exc)
         with self._breaker_lock:
             self._consecutive_failures = 0
         estimated = reply.tokens_in is None or reply.tokens_out is None
@@ -205,6 +188,21 @@ class LLM:
         return self._finish(
             req, model, key, reply.text, tokens_in, tokens_out, t0, cached=False, estimated=estimated,
             retries=reply.retries,
+        )  # fmt: skip
+
+    def _failed(
+        self, req: ChatRequest, model: str, key: str, est_in: int, t0: float, exc: TransportError
+    ) -> ChatResult:
+        """A call that got no usable reply after its retries: booked, counted by the breaker, never cached."""
+        latency = (time.perf_counter() - t0) * 1000
+        self._book(
+            req, model, key, est_in, 0, latency, cached=False, ok=False, estimated=True, error=str(exc),
+            retries=exc.retries,
+        )  # fmt: skip
+        self._count_failure(str(exc))
+        return self._result(
+            req, model, key, "", est_in, 0, latency, cached=False, data=None, failure=None, estimated=True,
+            error=f"transport: {exc}",
         )  # fmt: skip
 
     def endpoint(self) -> str:

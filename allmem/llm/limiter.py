@@ -7,11 +7,16 @@ below the account's limits keeps a long run at full speed. Token counts are esti
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+
+log = logging.getLogger("allmem.llm")
+#: Waits longer than this are announced (one line): a run paused by its own tpm/rpm pacing must not look hung.
+NOTICE_AFTER_S = 5.0
 
 
 class RateLimiter:
@@ -64,6 +69,11 @@ class RateLimiter:
                 if wait <= 0:
                     self._events.append((now, tokens))
                     return
+            if wait > NOTICE_AFTER_S:
+                log.info(
+                    "llm: pacing to llm.rpm=%s / llm.tpm=%s: waiting %.0f s before the next call",
+                    self.rpm or None, self.tpm or None, wait,
+                )  # fmt: skip
             self._sleep(min(wait, self.window_s))
 
     @contextmanager

@@ -5,6 +5,13 @@ cost accounting and must be bounded, observable (retries are counted in the ledg
 exponentially with full jitter on 429, 5xx, timeouts and connection errors, honouring ``Retry-After`` up to
 the cap, and logs one warning per retry (a slow or dead endpoint is never silent). Connecting and reading have
 separate timeouts: a dead endpoint fails within ``connect_timeout_s``, a slow model gets ``timeout_s`` to answer.
+Those bound each socket read only, so a proxy trickling a byte a second would hold a call for ever: each HTTP try
+also has a wall-clock limit (``try_timeout_s``, checked as the body arrives) and each call a total limit
+(``call_timeout_s``, tries and backoff waits together; time spent waiting for the rate limiter is not counted).
+The reply is read and checked here, not by the client's parser: a 200 without a usable answer (no choices, null
+or empty content as Azure's content filter sends, an empty or non-JSON body, an HTML gateway page, text that is
+not valid Unicode) is a failed try, retried like a 5xx (a content-filter refusal is not retried: it would refuse
+again), so it is never cached and never becomes an empty answer.
 The HTTP client ignores proxy environment variables and redirects, so requests go only to the
 configured base URL. The API key is read from the environment variable named in the config, kept only in the
 client object, and scrubbed from every error message this module raises.
@@ -12,12 +19,15 @@ client object, and scrubbed from every error message this module raises.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
 import threading
 import time
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 from allmem.llm.base import BackendReply, ChatRequest, LLMError, TransportError
@@ -47,6 +57,8 @@ class OpenAIBackend:
         timeout_s: float = 60.0,
         connect_timeout_s: float = 5.0,
         max_retries: int = 4,
+        try_timeout_s: float = 120.0,
+        call_timeout_s: float = 600.0,
         backoff_base_s: float = 1.0,
         backoff_max_s: float = 60.0,
         max_concurrency: int = 4,
@@ -70,6 +82,8 @@ class OpenAIBackend:
         if int(max_retries) < 0:
             raise LLMError(f"llm.max_retries: must be >= 0, got {max_retries}")
         self.max_retries = int(max_retries)
+        self.try_timeout_s = float(try_timeout_s)
+        self.call_timeout_s = float(call_timeout_s)
         self.backoff_base_s = float(backoff_base_s)
         self.backoff_max_s = float(backoff_max_s)
         self.limiter = RateLimiter(rpm=rpm, tpm=tpm, max_concurrency=max_concurrency)
@@ -130,21 +144,27 @@ class OpenAIBackend:
         if params.get("seed") is not None:
             kwargs["seed"] = params["seed"]
         est_tokens = int(params.get("est_tokens", 0))
-        retryable = (openai.RateLimitError, openai.InternalServerError, openai.APIConnectionError)
+        retryable = (openai.RateLimitError, openai.InternalServerError, openai.APIConnectionError, BadReply)
+        deadline = time.monotonic() + self.call_timeout_s
         attempt = 0
         while True:
             try:
+                queued = time.monotonic()
                 with self.limiter.slot(est_tokens):
-                    resp = client.chat.completions.create(**kwargs)
-                break
+                    deadline += time.monotonic() - queued  # pacing is not the endpoint's time
+                    return self._try(client, kwargs, deadline, attempt)
             except retryable as exc:
                 status = getattr(exc, "status_code", None)
                 what = scrub(_describe(exc), self._key)
-                if attempt >= self.max_retries:
-                    raise TransportError(
-                        f"{what} (after {attempt} retries)", retries=attempt, status=status
-                    ) from None
-                wait = self._backoff_s(attempt, _retry_after(exc))
+                left = deadline - time.monotonic()
+                if attempt >= self.max_retries or not getattr(exc, "retryable", True) or left <= 0:
+                    why = (
+                        f"after {attempt} retries"
+                        if left > 0
+                        else f"call limit {self.call_timeout_s:g} s reached"
+                    )
+                    raise TransportError(f"{what} ({why})", retries=attempt, status=status) from None
+                wait = min(self._backoff_s(attempt, _retry_after(exc)), left)
                 log.warning(
                     "llm: %s call to %s failed: %s; retry %d of %d in %.1f s",
                     req.template, self.base_url, what, attempt + 1, self.max_retries, wait,
@@ -159,19 +179,34 @@ class OpenAIBackend:
                 raise TransportError(
                     scrub(f"{type(exc).__name__}: {exc}", self._key), retries=attempt, status=exc.status_code
                 ) from None
-            except openai.APIError as exc:  # malformed response body and the like
+            except openai.APIError as exc:  # anything else the client rejects
                 raise TransportError(
                     scrub(f"{type(exc).__name__}: {exc}", self._key), retries=attempt
                 ) from None
-        choice = resp.choices[0] if resp.choices else None
-        text = (choice.message.content if choice is not None else None) or ""
-        usage = getattr(resp, "usage", None)
-        return BackendReply(
-            text=text,
-            tokens_in=getattr(usage, "prompt_tokens", None) if usage else None,
-            tokens_out=getattr(usage, "completion_tokens", None) if usage else None,
-            retries=attempt,
-        )
+
+    def _try(self, client: Any, kwargs: dict[str, Any], deadline: float, attempt: int) -> BackendReply:
+        """One HTTP try within ``min(try_timeout_s, time left)`` of wall clock; the reply read and checked here."""
+        import httpx2
+        import openai
+
+        limit = min(self.try_timeout_s, deadline - time.monotonic())
+        if limit <= 0:
+            raise BadReply(
+                f"no time left for a try (llm.call_timeout_s={self.call_timeout_s:g})", retryable=False
+            )
+        end = time.monotonic() + limit
+        timeout = openai.Timeout(min(self.timeout_s, limit), connect=min(self.connect_timeout_s, limit))
+        chunks: list[bytes] = []
+        try:
+            with client.chat.completions.with_streaming_response.create(**kwargs, timeout=timeout) as raw:
+                ctype = raw.headers.get("content-type", "")
+                for chunk in raw.iter_bytes():
+                    chunks.append(chunk)
+                    if time.monotonic() > end:
+                        raise BadReply(f"no complete reply within {limit:g} s (llm.try_timeout_s)")
+        except httpx2.HTTPError as exc:  # the body's reads are the HTTP library's, not wrapped by the client
+            raise BadReply(f"reading the reply failed: {type(exc).__name__}: {exc}") from None
+        return _decode(b"".join(chunks), ctype, attempt)
 
     def close(self) -> None:
         with self._lock:
@@ -185,19 +220,81 @@ def _describe(exc: Exception) -> str:
     """``APIConnectionError: Connection error. ([Errno 111] Connection refused)``: the client's words and the
     cause underneath, which says what actually happened (refused, timed out, name not resolved)."""
     text = f"{type(exc).__name__}: {exc}"
-    cause = exc.__cause__ or exc.__context__
+    cause = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
     if cause is not None and str(cause) and str(cause) not in text:
         text += f" ({type(cause).__name__}: {cause})"
-    return text
+    return " ".join(text.split())  # one line: it goes into warnings, the ledger and the run's failure summary
+
+
+class BadReply(RuntimeError):
+    """A try that got an HTTP answer but no usable reply (empty, undecodable, too slow); ``retryable``: worth
+    asking again (a content filter's refusal is not)."""
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+def _decode(body: bytes, content_type: str, retries: int) -> BackendReply:
+    """The reply text of a 200 body, or ``BadReply`` saying what was wrong with it (shown in the ledger)."""
+    if not body.strip():
+        raise BadReply("empty reply body")
+    try:
+        data = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        kind = content_type.split(";")[0].strip() or "no content type"
+        raise BadReply(f"reply is not JSON ({kind}, {len(body)} bytes: {_sample(body)})") from None
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, list) or not choices:
+        raise BadReply("reply holds no choices")
+    choice = choices[0] if isinstance(choices[0], dict) else {}
+    message = choice.get("message")
+    text = message.get("content") if isinstance(message, dict) else None
+    finish = choice.get("finish_reason")
+    if not isinstance(text, str) or not text.strip():
+        shown = "null" if text is None else repr(text)[:20]
+        if finish == "content_filter":
+            raise BadReply(
+                f"content {shown}, finish_reason content_filter (the provider refused)", retryable=False
+            )
+        raise BadReply(f"content {shown} (finish_reason {finish})")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadReply("reply text is not valid Unicode (a lone surrogate)") from None
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    return BackendReply(
+        text=text, tokens_in=_count(usage.get("prompt_tokens")), tokens_out=_count(usage.get("completion_tokens")),
+        retries=retries,
+    )  # fmt: skip
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _sample(body: bytes) -> str:
+    """The start of a body for a message, on one line."""
+    return " ".join(body[:60].decode("utf-8", "replace").split()) or "?"
 
 
 def _retry_after(exc: Exception) -> float | None:
+    """A server's ``Retry-After`` in seconds: either delay-seconds or an HTTP-date (RFC 9110, 10.2.3)."""
     response = getattr(exc, "response", None)
     value = response.headers.get("retry-after") if response is not None else None
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
+    if value is None:
         return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 class ReplayBackend:

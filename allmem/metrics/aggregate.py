@@ -4,8 +4,9 @@ Values are means ×100 kept at full float precision (rounding is for display onl
 each with the number of items behind it. Means use ``math.fsum`` so the result does not depend on the order
 of the records: the runner and ``allmem score`` must agree exactly.
 
-The judge column (4o-J) is ``100 × yes / (yes + no)``; invalid verdicts are left out of the denominator and
-counted. When no record carries a verdict the judge is ``None`` with a reason: an offline run never gets a
+The judge column (4o-J) is ``100 × yes / (yes + no)``; invalid verdicts are left out of the denominator,
+counted and rated (``judge_invalid_rate``; above ``allmem.metrics.judge.INVALID_WARN_RATE`` the run warns and the
+tables' footer flags it). When no record carries a verdict the judge is ``None`` with a reason: an offline run never gets a
 proxy number in that column.
 """
 
@@ -46,6 +47,8 @@ def _block(
     out: dict[str, Any] = {"count": len(items), "scores": scores, "n": counts}
     out["judge"] = 100.0 * tally["yes"] / decided if decided else None
     out["judge_counts"] = tally
+    judged = decided + tally["invalid"]  # invalid verdicts: counted and rated, never silently dropped
+    out["judge_invalid_rate"] = tally["invalid"] / judged if judged else None
     if out["judge"] is None:
         out["judge_reason"] = NO_JUDGED_IN_GROUP if any_judge else NO_JUDGE_REASON
     return out

@@ -12,6 +12,9 @@ match the final verdict). A tie between yes and no is invalid.
 The offline backend cannot judge: ``judge_record`` returns None and metrics.json reports 4o-J as null with the
 reason; there is never a proxy under that name. A judge call that failed after its retries is not a verdict:
 the dict carries ``error`` and the runner records the question as failed (it is asked again on the next run).
+A reply that arrived but reads as neither yes nor no is an invalid verdict: left out of 4o-J's denominator, so
+many of them would quietly change what the column measures; above ``INVALID_WARN_RATE`` of a run's verdicts
+the run warns (``invalid_warning``) and the report's footer flags the run (``invalid_note``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,44 @@ from typing import Any
 from allmem.llm.base import ChatResult
 from allmem.llm.prompts import build_request
 from allmem.metrics.protocols import Protocol, as_protocol
+
+#: Share of a run's verdicts that may be invalid before the run warns and the tables flag it.
+INVALID_WARN_RATE = 0.02
+
+
+def _invalid(metrics: Mapping[str, Any]) -> tuple[int, int, float] | None:
+    """(invalid, judged, rate) of a metrics.json summary, or None when nothing was judged."""
+    overall = metrics.get("overall") or {}
+    counts = overall.get("judge_counts") or {}
+    judged = sum(int(counts.get(v, 0)) for v in ("yes", "no", "invalid"))
+    if not judged:
+        return None
+    invalid = int(counts.get("invalid", 0))
+    return invalid, judged, invalid / judged
+
+
+def invalid_warning(metrics: Mapping[str, Any], where: str = "") -> str | None:
+    """The one warning line for a run whose invalid verdicts exceed ``INVALID_WARN_RATE``, else None."""
+    got = _invalid(metrics)
+    if got is None or got[2] <= INVALID_WARN_RATE:
+        return None
+    invalid, judged, rate = got
+    return (
+        f"judge: {invalid} of {judged} verdicts invalid ({100 * rate:.1f}% > {100 * INVALID_WARN_RATE:g}%)"
+        f"{' in ' + where if where else ''}; 4o-J leaves them out of its denominator, read it with care"
+    )
+
+
+def invalid_note(runs: Sequence[Any]) -> str:
+    """A footer line counting invalid verdicts per run that has any (``runs``: objects with ``label`` and
+    ``metrics``), flagging those above ``INVALID_WARN_RATE``; empty when no run has one."""
+    parts = []
+    for run in runs:
+        got = _invalid(run.metrics)
+        if got is not None and got[0]:
+            flag = f" FLAGGED: above {100 * INVALID_WARN_RATE:g}%" if got[2] > INVALID_WARN_RATE else ""
+            parts.append(f"{run.label} {got[0]}/{got[1]} ({100 * got[2]:.1f}%{flag})")
+    return f"4o-J invalid verdicts (not in its denominator): {'; '.join(parts)}." if parts else ""
 
 
 def judge_variant(record: Mapping[str, Any]) -> str:

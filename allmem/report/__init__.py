@@ -15,6 +15,7 @@ from pathlib import Path
 
 
 def build_report(root: Path) -> str:
+    from allmem.metrics.judge import invalid_note
     from allmem.report.atc import atc_sections
     from allmem.report.tables import find_runs, group_table, main_table, split_table
 
@@ -26,7 +27,10 @@ def build_report(root: Path) -> str:
         subset = [r for r in runs if r.dataset == dataset]
         offline = all(r.offline for r in subset)
         label = " (offline backend: extractive answers, no LLM judge)" if offline else ""
-        sections.append(f"## {dataset}{label}\n\n{main_table(subset)}")
+        invalid = invalid_note(subset)  # allmem.metrics.judge: invalid verdicts counted, flagged above 2%
+        sections.append(
+            f"## {dataset}{label}\n\n{main_table(subset)}" + (f"\n\n*{invalid}*" if invalid else "")
+        )
         sections.append(
             f"### F1 per {'category' if dataset == 'locomo' else 'question type'}\n\n{group_table(subset)}"
         )

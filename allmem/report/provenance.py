@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+from allmem.metrics.judge import invalid_note
 from allmem.paths import DATASETS
 from allmem.report.runs import Run
 
@@ -72,7 +73,7 @@ def footer(runs: Sequence[Run], target: str, notes: Sequence[str] = ()) -> str:
         f"*Made by `allmem report {target}` on {now} from {len(runs)} run(s): {backend_text(runs)}; "
         f"{dataset_text(runs)}; {code_text(runs)}.*"
     ]
-    lines += [f"*{n}*" for n in notes if n]
+    lines += [f"*{n}*" for n in (*notes, invalid_note(runs)) if n]  # invalid verdicts: allmem.metrics.judge
     return "\n\n".join(lines)
 
 
