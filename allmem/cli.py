@@ -4,6 +4,7 @@
     allmem score RUN_DIR [--protocol NAME] rescore a run's predictions and print the metrics as JSON
     allmem report DIR [--out FILE]        Markdown tables from the complete run directories under DIR
     allmem download locomo|longmemeval_s  fetch a public dataset into data/ and verify it
+    allmem compare A B                    whether two run directories (or run roots) hold the same results
 
 ``allmem run --help`` shows Hydra's help with every config group and its options. Expected errors (bad config
 or input, missing data or key, a held lock, failed questions) print one line and exit 1; HYDRA_FULL_ERROR=1
@@ -77,6 +78,10 @@ def main(argv: list[str] | None = None) -> int:
         from allmem.report import main as report_main
 
         return int(report_main(rest) or 0)
+    if command == "compare":
+        from allmem.compare import main as compare_main
+
+        return int(compare_main(rest) or 0)
     if command == "download":
         from benchmarks.download import main as download_main
 

@@ -10,6 +10,7 @@ This module holds the layout, the run's identity and name, and the file primitiv
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import os
@@ -62,11 +63,59 @@ def _drop_keys(data: dict[str, Any], prefixes: Iterable[str], parent: str = "") 
     return out
 
 
-def identity(cfg: DictConfig) -> dict[str, Any]:
-    """The resolved config without the keys in ``NOT_IDENTITY``: what a run's results depend on, besides data."""
-    data = OmegaConf.to_container(cfg, resolve=True)
+def identity(cfg: DictConfig | dict[str, Any]) -> dict[str, Any]:
+    """The resolved config without the keys in ``NOT_IDENTITY``: what a run's results depend on, besides data.
+    A plain dict (a stored config, ``read_config_data``) is taken as it is, never resolved."""
+    data = cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(data, dict)
+    return identity_of(data)
+
+
+def identity_of(data: dict[str, Any]) -> dict[str, Any]:
     return _drop_keys(data, NOT_IDENTITY)
+
+
+def read_config_data(run_dir: Path) -> dict[str, Any]:
+    """A run directory's ``config.yaml`` as plain data, the one way a stored config is read. A run folder is
+    data, never code: ``yaml.safe_load`` builds no objects, and nothing here resolves an interpolation
+    (``${oc.env:KEY}`` stays that text) or instantiates a ``_target_``. A file that is not a YAML mapping is a
+    ``ConfigError`` naming it."""
+    import yaml
+
+    from allmem.errors import ConfigError
+
+    path = Path(run_dir) / CONFIG
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise ConfigError(
+            f"{where}: not a plain YAML config ({getattr(exc, 'problem', None) or exc})"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: not a YAML mapping")
+    return data
+
+
+def _literal(obj: Any) -> Any:
+    """Escape interpolations (``${...}`` → ``\\${...}``) so OmegaConf shows them as text, never resolves them."""
+    if isinstance(obj, dict):
+        return {k: _literal(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_literal(v) for v in obj]
+    return obj.replace("${", "\\${") if isinstance(obj, str) else obj
+
+
+def read_config(run_dir: Path) -> DictConfig:
+    """``read_config_data`` as a ``DictConfig`` (dotted access, ``OmegaConf.select``) whose interpolations are
+    literal text: resolving it (``to_container(resolve=True)``) yields the stored strings, never an
+    environment variable or a resolver's output."""
+    cfg = OmegaConf.create(_literal(read_config_data(run_dir)))
+    assert isinstance(cfg, DictConfig)
+    return cfg
 
 
 def data_digest(cfg: DictConfig) -> str:
@@ -81,7 +130,7 @@ def data_digest(cfg: DictConfig) -> str:
     return h.hexdigest()
 
 
-def config_hash(cfg: DictConfig, data: str | None = None) -> str:
+def config_hash(cfg: DictConfig | dict[str, Any], data: str | None = None) -> str:
     """Short stable hash of everything that can change a run's results: the identity config and the data."""
     blob = json.dumps({"config": identity(cfg), "data": data}, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:10]
@@ -177,8 +226,7 @@ def prepare(run_dir: Path, cfg: DictConfig) -> None:
     text = OmegaConf.to_yaml(cfg, resolve=True)
     path = run_dir / CONFIG
     if path.exists():
-        old = OmegaConf.load(path)
-        if config_hash(old) != config_hash(cfg):  # type: ignore[arg-type]
+        if config_hash(read_config_data(run_dir)) != config_hash(cfg):
             raise ConfigError(
                 f"{run_dir}: holds a run made with a different config; choose another run.name or delete it"
             )
@@ -265,3 +313,97 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The comparison rule: when two run directories hold the same result.
+
+# Fields that may differ between two runs of the same config on the same data and code, and only those: timings
+# (latencies, wall clocks, per-event means of them), whether an LLM reply came from the cache and the counts
+# derived from that flag, attempt and retry numbers, timestamps, and the process that ran it (pid, argv). A key
+# matching one of these glob patterns is left out wherever it occurs, in every file. docs/DESIGN.md states it.
+SAME_RESULT_IGNORES: tuple[str, ...] = (
+    "*latency*", "*_ms", "*_ms_*", "*_s", "*_s_*",  # timings: latency_ms, write_describe_ms, wall_s, ingest_s
+    "cached", "spent_tokens_*",  # a cached reply and what it spared (the cache state on this machine)
+    "attempt", "attempts", "retries",  # how many tries it took
+    "*_at", "pid", "argv",  # when and by which process
+)  # fmt: skip
+# The files compared, each read as a multiset of records (order is the schedule's, not the result's).
+_COMPARED = (PREDICTIONS, CALLS, SYSTEM_STATS, EVENTS)
+
+
+def _ignored(key: str) -> bool:
+    return any(fnmatch.fnmatchcase(key, pat) for pat in SAME_RESULT_IGNORES)
+
+
+def _strip(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _strip(v) for k, v in obj.items() if not _ignored(str(k))}
+    if isinstance(obj, list):
+        return [_strip(v) for v in obj]
+    return obj
+
+
+def _diff(a: Any, b: Any, where: str, out: list[str], limit: int) -> None:
+    if len(out) >= limit or a == b:
+        return
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b), key=str):
+            if k not in a or k not in b:
+                out.append(f"{where}.{k}: only in {'B' if k not in a else 'A'}")
+            else:
+                _diff(a[k], b[k], f"{where}.{k}", out, limit)
+            if len(out) >= limit:
+                return
+        return
+    out.append(f"{where}: {json.dumps(a, default=str)[:80]} != {json.dumps(b, default=str)[:80]}")
+
+
+def _records(path: Path) -> dict[str, Any]:
+    """A JSONL file's records without ignored fields, keyed by question (predictions) or by content."""
+    out: dict[str, Any] = {}
+    for rec in read_jsonl(path):
+        rec = _strip(rec)
+        key = json.dumps(rec, sort_keys=True, default=str)
+        if path.name == PREDICTIONS:
+            key = f"{rec.get('dialogue_id')}/{rec.get('question_id')}"
+        while key in out:  # the same line twice is kept twice
+            key += "+"
+        out[key] = rec
+    return out
+
+
+def _manifest_view(path: Path) -> dict[str, Any]:
+    """The manifest without ignored fields; ``data`` by content only (where the data lay is placement)."""
+    data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    if isinstance(data.get("data"), dict):
+        data["data"] = sorted(data["data"].values())
+    return _strip(data)
+
+
+def same_result(a: Path, b: Path, limit: int = 5) -> list[str]:
+    """Whether run directories ``a`` and ``b`` hold the same result: [] if so, else the first ``limit``
+    differences, one line each. Compares the identity of ``config.yaml`` (``identity``: placement keys left
+    out), ``metrics.json``, the manifest and every JSON-lines file (predictions by question, the others as a
+    multiset of lines), each without the fields in ``SAME_RESULT_IGNORES``."""
+    out: list[str] = []
+    a, b = Path(a), Path(b)
+    for name in (CONFIG, METRICS, MANIFEST, *_COMPARED, DONE):
+        if (a / name).exists() != (b / name).exists():
+            out.append(f"{name}: only in {'A' if (a / name).exists() else 'B'}")
+    _diff(identity_of(read_config_data(a)), identity_of(read_config_data(b)), CONFIG, out, limit)
+    for name in (METRICS,):
+        pa, pb = a / name, b / name
+        ja = _strip(json.loads(pa.read_text(encoding="utf-8"))) if pa.exists() else {}
+        jb = _strip(json.loads(pb.read_text(encoding="utf-8"))) if pb.exists() else {}
+        _diff(ja, jb, name, out, limit)
+    _diff(_manifest_view(a / MANIFEST), _manifest_view(b / MANIFEST), MANIFEST, out, limit)
+    for name in _COMPARED:
+        ra, rb = _records(a / name), _records(b / name)
+        if name == PREDICTIONS:
+            _diff(ra, rb, name, out, limit)
+        else:
+            only_a, only_b = sorted(set(ra) - set(rb)), sorted(set(rb) - set(ra))
+            if only_a or only_b:
+                out.append(f"{name}: {len(only_a)} lines only in A, {len(only_b)} only in B")
+    return out[:limit]
