@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 from pathlib import Path
 
 
@@ -60,7 +61,17 @@ def _overview(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(argv or [])
+    """Expected errors (a run folder that cannot be read as a run, a refused mix of runs) print one line."""
+    from allmem.errors import ConfigError
+
+    try:
+        return _main(list(argv or []))
+    except ConfigError as exc:
+        print(f"allmem report: error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _main(argv: list[str]) -> int:
     if argv and Path(argv[0]).is_dir():
         return _overview(argv)
     from allmem.report.targets import ALIASES, GROUPS, TARGETS

@@ -1,6 +1,6 @@
 """Reading run directories: the one module of the report that knows their file names and fields.
 
-Everything the tables and figures show comes from here: ``config.yaml`` (resolved), ``metrics.json``,
+Everything the tables and figures show comes from here: ``config.yaml`` (read as data by ``rundir.read_config``), ``metrics.json``,
 ``manifest.json``, ``predictions.jsonl``, ``system_stats.jsonl``, ``atc_events.jsonl`` and ``calls.jsonl``. A run
 counts only when complete (``DONE`` exists); anything else is never read as a result. When the run-directory
 contract changes, this is the file to adapt.
@@ -18,6 +18,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from allmem import rundir
+from allmem.errors import ConfigError
 from allmem.metrics.protocols import Protocol, as_protocol
 
 EVENTS = "atc_events.jsonl"
@@ -46,8 +47,12 @@ class Run:
 
     @cached_property
     def protocol(self) -> Protocol:
-        """The run's scoring protocol, built from its own config (its ks and table k)."""
-        return as_protocol(self.cfg.protocol)
+        """The run's scoring protocol, built by name from its own config (its ks and table k), never by the
+        stored ``_target_`` (a run folder is data)."""
+        try:
+            return as_protocol(self.cfg.protocol)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ConfigError(f"{self.path / rundir.CONFIG}: protocol: {exc}") from None
 
     @property
     def backend(self) -> dict[str, Any]:
@@ -123,8 +128,7 @@ class Run:
 
 
 def load_run(path: Path) -> Run:
-    cfg = OmegaConf.load(path / rundir.CONFIG)
-    assert isinstance(cfg, DictConfig)
+    cfg = rundir.read_config(path)  # safe: no objects built, interpolations kept as text
     metrics = json.loads((path / rundir.METRICS).read_text())
     return Run(path=path, cfg=cfg, metrics=metrics)
 

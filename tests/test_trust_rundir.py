@@ -1,0 +1,92 @@
+"""Run folders are data, and a run's identity is checked before it is trusted (issue 17, items 1, 3, 4, 9, 10).
+
+A stored ``config.yaml`` is read by ``rundir.read_config`` only: nothing in it is instantiated or interpolated.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from allmem import rundir
+from tests.faultkit import FIXTURES, allmem_run, done_dir, env
+
+TINY = FIXTURES / "locomo_tiny.json"
+SECRET = "sk-h1-SECRET-4b2e"
+pytestmark = pytest.mark.slow
+
+
+def _report(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "allmem.cli", "report", *args],
+        env=env(**extra), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def bm25_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("bm25")
+    return done_dir(allmem_run(tmp, "method=bm25", f"dataset.path={TINY}"))
+
+
+def _copy(run: Path, root: Path, edit) -> Path:  # noqa: ANN001 - edits the config's data in place
+    dest = shutil.copytree(run, root / "locomo" / run.name)
+    cfg = yaml.safe_load((dest / rundir.CONFIG).read_text())
+    edit(cfg)
+    (dest / rundir.CONFIG).write_text(yaml.safe_dump(cfg))
+    return dest
+
+
+def test_report_never_instantiates_a_stored_target(bm25_run: Path, tmp_path: Path) -> None:
+    pwned = tmp_path / "pwned"
+    _copy(
+        bm25_run,
+        tmp_path / "runs",
+        lambda c: c.update(protocol={"_target_": "os.makedirs", "name": str(pwned)}),
+    )
+    res = _report(str(tmp_path / "runs"))
+    assert not pwned.exists()
+    lines = [x for x in res.stderr.splitlines() if x.strip()]
+    assert res.returncode == 1 and len(lines) == 1, res.stderr
+    assert (
+        lines[0].startswith("allmem report: error: ")
+        and "config.yaml: protocol: unknown protocol" in lines[0]
+    )
+
+
+def test_a_target_beside_a_valid_name_is_ignored(bm25_run: Path, tmp_path: Path) -> None:
+    """The protocol is built by its name, as ``allmem score`` does; the stored ``_target_`` plays no part."""
+    node = {"_target_": "os.makedirs", "name": "allmem", "ks": [1, 3, 5, 10], "table_k": 5}
+    _copy(bm25_run, tmp_path / "runs", lambda c: c.update(protocol=node))
+    res = _report(str(tmp_path / "runs"))
+    assert res.returncode == 0, res.stderr
+    assert "| bm25,embedder._target_=faultkit.HashEmbedder | 60.85 |" in res.stdout
+
+
+def test_a_stored_interpolation_is_never_resolved(
+    bm25_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from allmem.report.frame import question_table
+    from allmem.report.provenance import backend_text
+    from allmem.report.runs import load_run
+
+    monkeypatch.setenv("H1_SECRET_KEY", SECRET)
+    run_dir = _copy(bm25_run, tmp_path / "runs", lambda c: c["llm"].update(model="${oc.env:H1_SECRET_KEY}"))
+    metrics = json.loads((run_dir / rundir.METRICS).read_text())
+    metrics["backend"] = {
+        "llm": "openai",
+        "llm_model": None,
+        "offline": False,
+    }  # a real-LLM run: the footer names the model
+    (run_dir / rundir.METRICS).write_text(json.dumps(metrics))
+    run = load_run(run_dir)
+    text = backend_text([run]) + question_table([run]).to_csv()
+    assert SECRET not in text
+    assert "openai:${oc.env:H1_SECRET_KEY}" in text
+    assert rundir.config_hash(rundir.read_config_data(run_dir)) == rundir.config_hash(run.cfg)
