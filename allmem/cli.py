@@ -45,6 +45,11 @@ def _run(argv: list[str]) -> int:
     from allmem.errors import expected_errors, one_line
 
     expected = expected_errors()
+    from allmem.rundir import credential_override
+
+    if refused := credential_override(argv):  # before Hydra writes the overrides into its folder
+        print(f"allmem run: error: {refused}", file=sys.stderr)
+        return 1
 
     def main(cfg: DictConfig) -> None:
         try:

@@ -173,15 +173,109 @@ def resolve(cfg: DictConfig, overrides: Iterable[str] = (), data: str | None = N
     ``overrides`` are the command line's (Hydra's task overrides); ``data`` the ``data_digest`` (computed here
     when not given).
     """
+    refuse_credentials(OmegaConf.to_container(cfg, resolve=True))
     root = Path(cfg.run.root)
     if cfg.run.get("name"):
-        return root / str(cfg.run.name)
+        return root / checked_name(str(cfg.run.name))
     digest = data if data is not None else data_digest(cfg)
     return root / str(cfg.dataset.name) / f"{run_label(cfg, overrides)}-{config_hash(cfg, digest)}"
 
 
+def checked_name(name: str) -> str:
+    """``run.name`` as a folder under ``run.root``: relative, and no part ``..``, ``.`` or empty (a name that
+    escapes the root, or is the root itself, could write into or mistake another folder for a run)."""
+    from allmem.errors import ConfigError
+
+    parts = name.split("/")
+    if name.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\0" in name:
+        raise ConfigError(
+            f"run.name: {name!r} must be a relative folder name under run.root (no '..', '.', empty part or "
+            "leading '/')"
+        )
+    return name
+
+
+def credential_url(value: object) -> bool:
+    """Whether ``value`` is a URL carrying a user name or password (``http://user:pw@host``)."""
+    if not isinstance(value, str) or "://" not in value or "@" not in value:
+        return False
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(value.strip())
+    except ValueError:
+        return "@" in value.split("://", 1)[1].split("/", 1)[0]
+    return parts.username is not None or parts.password is not None
+
+
+_CREDENTIALS = "holds credentials (user:password@host); put the key in the variable llm.api_key_env names"
+
+
+def refuse_credentials(data: Any, where: str = "") -> None:
+    """Refuse a config holding a URL with credentials (``llm.base_url``) before anything is written: the URL
+    would reach the run directory's name, config.yaml, the manifest and metrics. The message never repeats it."""
+    from allmem.errors import ConfigError
+
+    if isinstance(data, dict):
+        for key, value in data.items():
+            refuse_credentials(value, f"{where}.{key}" if where else str(key))
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            refuse_credentials(value, f"{where}[{i}]")
+    elif credential_url(data):
+        raise ConfigError(f"{where}: {_CREDENTIALS}")
+
+
+def credential_override(argv: Iterable[str]) -> str | None:
+    """The one-line refusal for a command-line override whose value is a URL with credentials, else None:
+    checked before Hydra starts, since Hydra writes the overrides into its own folder at once."""
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if sep and any(credential_url(v) for v in (value, *value.split(","))):
+            return f"{key.lstrip('+~')}: {_CREDENTIALS}"
+    return None
+
+
 def is_complete(run_dir: Path) -> bool:
     return (run_dir / DONE).exists()
+
+
+def recorded_hash(run_dir: Path) -> str | None:
+    """The identity hash a complete run recorded (``metrics.json`` ``run.config_hash``), else computed from its
+    stored config and the data digest of its first attempt."""
+    try:
+        metrics = json.loads((run_dir / METRICS).read_text(encoding="utf-8"))
+        if (metrics.get("run") or {}).get("config_hash"):
+            return str(metrics["run"]["config_hash"])
+    except (OSError, ValueError):
+        pass
+    if not (run_dir / CONFIG).exists():
+        return None
+    try:
+        manifest = json.loads((run_dir / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        manifest = {}
+    digest = next(
+        (a.get("data_digest") for a in manifest.get("attempts") or () if a.get("data_digest")), None
+    )
+    return config_hash(read_config_data(run_dir), digest)
+
+
+def reusable(run_dir: Path, cfg: DictConfig, digest: str) -> bool:
+    """Whether ``run_dir`` holds a complete run of ``cfg`` on the data with ``digest``, so it need not run
+    again. A complete run of another config or data there (a ``run.name`` reused) is a ``ConfigError``, never
+    a silent skip."""
+    if not is_complete(run_dir):
+        return False
+    want, have = config_hash(cfg, digest), recorded_hash(run_dir)
+    if have != want:
+        from allmem.errors import ConfigError
+
+        raise ConfigError(
+            f"{run_dir}: holds a complete run of another config or data (hash {have}, this one {want}); "
+            "choose another run.name or delete the folder"
+        )
+    return True
 
 
 def complete_twin(run_dir: Path) -> Path | None:

@@ -166,7 +166,7 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
     overrides = task_overrides() if overrides is None else list(overrides)
     digest = rundir.data_digest(cfg)
     run_dir = rundir.resolve(cfg, overrides, digest)
-    if rundir.is_complete(run_dir):
+    if rundir.reusable(run_dir, cfg, digest):  # a complete run of another config or data there is refused
         log.info("complete run found, skipping: %s", run_dir)
         print(f"[allmem] skip (complete): {run_dir}")
         return run_dir
@@ -187,7 +187,7 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
     data_files = sorted({Path(d.source) for d in dialogues if d.source})
 
     with attempts.RunLock(run_dir):
-        if rundir.is_complete(run_dir):  # another process finished it while this one was starting
+        if rundir.reusable(run_dir, cfg, digest):  # another process finished it while this one was starting
             print(f"[allmem] skip (complete): {run_dir}")
             return run_dir
         rundir.prepare(run_dir, cfg)

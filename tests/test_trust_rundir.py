@@ -90,3 +90,67 @@ def test_a_stored_interpolation_is_never_resolved(
     assert SECRET not in text
     assert "openai:${oc.env:H1_SECRET_KEY}" in text
     assert rundir.config_hash(rundir.read_config_data(run_dir)) == rundir.config_hash(run.cfg)
+
+
+# --- item 9: credentials in a URL ---------------------------------------------------------------------------
+
+
+def _files_holding(root: Path, needle: str) -> list[Path]:
+    return [
+        p for p in root.rglob("*") if needle in str(p) or (p.is_file() and needle.encode() in p.read_bytes())
+    ]
+
+
+@pytest.mark.parametrize("how", ["argv", "interpolated"])
+def test_credentials_in_base_url_are_refused_before_anything_is_written(tmp_path: Path, how: str) -> None:
+    password = "pw-H1-7f3a"
+    url = f"http://user:{password}@127.0.0.1:9/v1"
+    value = url if how == "argv" else "${oc.env:H1_URL}"
+    res = allmem_run(
+        tmp_path, "method=bm25", f"dataset.path={TINY}", "llm=openai", f"llm.base_url={value}",
+        "llm.api_key_env=H1_KEY", environ=env(H1_KEY="sk-x", H1_URL=url),
+    )  # fmt: skip
+    assert res.rc == 1
+    assert res.err_lines == ["allmem run: error: llm.base_url: holds credentials (user:password@host); put the key "
+                             "in the variable llm.api_key_env names"]  # fmt: skip
+    assert password not in res.out
+    assert _files_holding(tmp_path, password) == []
+    assert not (tmp_path / "runs").exists()
+
+
+# --- item 3: a named run holding another config or data ------------------------------------------------------
+
+
+def test_a_named_run_is_never_reused_for_another_config_or_data(tmp_path: Path) -> None:
+    first = allmem_run(tmp_path, "method=bm25", f"dataset.path={TINY}", "run.name=o")
+    assert first.rc == 0, first.err
+    again = allmem_run(tmp_path, "method=bm25", f"dataset.path={TINY}", "run.name=o")
+    assert again.rc == 0 and f"[allmem] skip (complete): {tmp_path / 'runs' / 'o'}" in again.out
+    other = allmem_run(tmp_path, "method=naive_rag", f"dataset.path={TINY}", "run.name=o")
+    assert other.rc == 1 and "skip" not in other.out
+    assert len(other.err_lines) == 1 and "holds a complete run of another config or data" in other.last_line()
+    data = json.loads(TINY.read_text())
+    data[0]["qa"][0]["answer"] = "another answer"
+    changed = tmp_path / "changed.json"
+    changed.write_text(json.dumps(data))
+    moved = allmem_run(tmp_path, "method=bm25", f"dataset.path={changed}", "run.name=o")
+    assert moved.rc == 1 and "holds a complete run of another config or data" in moved.last_line()
+
+
+# --- item 10: run.name stays under run.root ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["..", ".", "../escaped", "/ABS", "a/../../b"])
+def test_run_name_cannot_leave_run_root(tmp_path: Path, name: str) -> None:
+    name = name.replace("/ABS", str(tmp_path / "abs"))
+    res = allmem_run(tmp_path, "method=bm25", f"dataset.path={TINY}", f"run.name={name}")
+    assert res.rc == 1 and res.err_lines == [
+        f"allmem run: error: run.name: {name!r} must be a relative folder name under run.root (no '..', '.', "
+        "empty part or leading '/')"
+    ]
+    assert (
+        not (tmp_path / "abs").exists()
+        and not (tmp_path / "escaped").exists()
+        and not (tmp_path / "b").exists()
+    )
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "config.yaml").exists()
