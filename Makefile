@@ -24,7 +24,8 @@ JOBS ?= 2
 LME ?=
 SET ?=
 OUT ?= results
-TARGET_ARGS = --runs $(RUNS) $(if $(LME),--lme $(LME)) $(if $(SET),--set "$(SET)")
+ALLOW_MIXED_CODE ?=
+TARGET_ARGS = --runs $(RUNS) $(if $(LME),--lme $(LME)) $(if $(SET),--set "$(SET)") $(if $(ALLOW_MIXED_CODE),--allow-mixed-code)
 EXPERIMENTS = $(PY) -m allmem.report.targets run --jobs $(JOBS) $(TARGET_ARGS)
 SUMMARISE = $(VENV)/bin/allmem report --out $(OUT) $(TARGET_ARGS)
 PAPER_TARGETS := table1 table2 table3 table4 ablations ablations_hybrid fig3 fig4 fig5 fig6 tables figures paper
@@ -36,7 +37,7 @@ ARGS ?=
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-12s %s\n", $$1, $$2}'
-	@echo "  Variables: RUNS=$(RUNS) JOBS=$(JOBS) OUT=$(OUT) LME=<file> SET=<extra overrides> (paper targets)"
+	@echo "  Variables: RUNS=$(RUNS) JOBS=$(JOBS) OUT=$(OUT) LME=<file> SET=<extra overrides> ALLOW_MIXED_CODE=1 (reuse runs of other code) (paper targets)"
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PY_SYS) -m venv $(VENV)

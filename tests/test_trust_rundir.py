@@ -154,3 +154,65 @@ def test_run_name_cannot_leave_run_root(tmp_path: Path, name: str) -> None:
         and not (tmp_path / "b").exists()
     )
     assert not (tmp_path / "runs").exists() and not (tmp_path / "config.yaml").exists()
+
+
+# --- item 4: the code a result came from ---------------------------------------------------------------------
+
+
+def test_every_run_records_its_source_fingerprint_and_declared_packages(bm25_run: Path) -> None:
+    from allmem.fingerprint import source_fingerprint
+
+    manifest = json.loads((bm25_run / rundir.MANIFEST).read_text())
+    assert (
+        manifest["code"] == source_fingerprint() and manifest["attempts"][0]["code"] == source_fingerprint()
+    )
+    for name in ("bm25s", "PyStemmer", "igraph", "threadpoolctl", "torch", "allmem", "numpy"):
+        assert manifest["packages"][name], name  # installed, so a version string
+
+
+def _set_code(run: Path, code: str | None) -> None:
+    manifest = json.loads((run / rundir.MANIFEST).read_text())
+    for entry in [manifest, *manifest["attempts"]]:
+        entry.pop("code")
+        if code is not None:
+            entry["code"] = code
+    (run / rundir.MANIFEST).write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("code", ["0123456789abcdef", None])
+def test_a_table_from_runs_of_different_code_is_refused_unless_allowed(
+    bm25_run: Path, tmp_path: Path, code: str | None
+) -> None:
+    root = tmp_path / "runs"
+    shutil.copytree(bm25_run, root / "a")
+    _set_code(shutil.copytree(bm25_run, root / "b"), code)
+    res = _report(str(root))
+    lines = [x for x in res.stderr.splitlines() if x.strip() and "absl" not in x]
+    assert res.returncode == 1 and len(lines) == 1, res.stderr
+    assert lines[0].startswith("allmem report: error: 1 of 2 runs were made by other code than the rest")
+    assert "--allow-mixed-code" in lines[0] and f"{root / 'b'}" in lines[0]
+    assert _report(str(root), "--allow-mixed-code").returncode == 0
+
+
+def _targets(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "allmem.report.targets", "run", "table1", "--dry-run", *args],
+        env=env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def test_make_targets_never_silently_reuse_runs_of_other_code(tmp_path: Path) -> None:
+    from report_fixture import write_experiment
+
+    root = tmp_path / "paper"
+    made = write_experiment(root, "table1", lambda label, i: True)
+    same = _targets("--runs", str(root))  # the second invocation with the same code reuses every run
+    assert same.returncode == 0 and "table1 on locomo: " in same.stdout and "nothing to run" in same.stdout
+    manifest = json.loads((made[0] / rundir.MANIFEST).read_text())
+    (made[0] / rundir.MANIFEST).write_text(json.dumps(manifest | {"code": "0123456789abcdef"}))
+    res = _targets("--runs", str(root))
+    lines = [x for x in res.stderr.splitlines() if x.strip()]
+    assert res.returncode == 1 and len(lines) == 1, res.stderr
+    assert "1 of " in lines[0] and "made by other code than this code" in lines[0]
+    assert "--allow-mixed-code (make ALLOW_MIXED_CODE=1)" in lines[0]
+    assert _targets("--runs", str(root), "--allow-mixed-code").returncode == 0

@@ -14,14 +14,20 @@ import shlex
 import sys
 from pathlib import Path
 
+from allmem.report.runs import ALLOW_MIXED_CODE
 
-def build_report(root: Path) -> str:
+MIXED_HELP = "build tables even from runs made by different code (source fingerprints differ or are missing)"
+
+
+def build_report(root: Path, allow_mixed_code: bool = False) -> str:
     from allmem.report.atc import atc_sections
+    from allmem.report.runs import check_same_code
     from allmem.report.tables import find_runs, group_table, main_table, split_table
 
     runs = find_runs(root)
     if not runs:
         raise SystemExit(f"allmem report: no complete run directory (with DONE) under {root}")
+    check_same_code(runs, allow_mixed_code)
     sections = []
     for dataset in sorted({r.dataset for r in runs}):
         subset = [r for r in runs if r.dataset == dataset]
@@ -45,8 +51,9 @@ def _overview(argv: list[str]) -> int:
     parser.add_argument("root", type=Path, help="folder holding run directories (searched recursively)")
     parser.add_argument("--out", type=Path, help="also write the Markdown here")
     parser.add_argument("--figures", type=Path, help="also draw the figures (PNG) into this folder")
+    parser.add_argument(ALLOW_MIXED_CODE, action="store_true", help=MIXED_HELP)
     args = parser.parse_args(argv)
-    text = build_report(args.root)
+    text = build_report(args.root, args.allow_mixed_code)
     print(text)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -90,6 +97,7 @@ def _main(argv: list[str]) -> int:
     parser.add_argument(
         "--set", dest="extra", default="", help="the extra Hydra overrides the runs used, quoted"
     )
+    parser.add_argument(ALLOW_MIXED_CODE, action="store_true", help=MIXED_HELP)
     args = parser.parse_args(argv)
     if "sweep" in args.targets:
         from allmem.report.sweep import summarise_sweep
@@ -102,5 +110,7 @@ def _main(argv: list[str]) -> int:
         args.targets = rest
     from allmem.report.paper import summarise
 
-    summarise(args.targets, args.runs, args.out, args.lme or None, shlex.split(args.extra))
+    summarise(
+        args.targets, args.runs, args.out, args.lme or None, shlex.split(args.extra), args.allow_mixed_code
+    )
     return 0

@@ -18,7 +18,7 @@ from allmem.report import ablations, cost, paper_figures, stats, table1
 from allmem.report.atc import table3_frame, table3_markdown
 from allmem.report.frame import write_parquet
 from allmem.report.provenance import DATASET_TITLES, footer
-from allmem.report.runs import Run
+from allmem.report.runs import Run, check_same_code
 from allmem.report.targets import LME_SKIPPED, TARGETS, Point, collect, expand, experiments_of
 from benchmarks import fit_split
 
@@ -259,11 +259,17 @@ RENDER: dict[str, Callable[[Found, Path, Path], list[Path]]] = {
 
 
 def summarise(
-    targets: Sequence[str], root: Path, out: Path, lme: str | None = None, extra: Sequence[str] = ()
-) -> list[Path]:
-    """Write the tables and figures of ``targets`` (groups allowed) under ``out``; returns the files written."""
+    targets: Sequence[str], root: Path, out: Path, lme: str | None = None, extra: Sequence[str] = (),
+    allow_mixed_code: bool = False,
+) -> list[Path]:  # fmt: skip
+    """Write the tables and figures of ``targets`` (groups allowed) under ``out``; returns the files written.
+    Refuses runs made by different code unless ``allow_mixed_code`` (``runs.check_same_code``)."""
     names = expand(targets)
     found = collect(experiments_of(names), root, lme, extra)
+    check_same_code(
+        [p.run for per in found.values() for pts in per.values() for p in pts if p.run is not None],
+        allow_mixed_code,
+    )
     tables, figures = out / "tables", out / "figures"
     written: list[Path] = []
     if not lme:
