@@ -307,6 +307,21 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
+def write_via(path: Path, write: Callable[[Path], None]) -> Path:
+    """``write`` a file (a figure, a Parquet table) to a temporary name beside ``path``, then rename: a reader
+    never sees half a file, and a failed write leaves the old one. The temporary name keeps the suffix, so a
+    writer that picks the format by it (``savefig``) picks the right one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.{secrets.token_hex(4)}.tmp{path.suffix}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
 def write_json(path: Path, obj: Any) -> None:
     write_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 

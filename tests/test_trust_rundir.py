@@ -216,3 +216,51 @@ def test_make_targets_never_silently_reuse_runs_of_other_code(tmp_path: Path) ->
     assert "1 of " in lines[0] and "made by other code than this code" in lines[0]
     assert "--allow-mixed-code (make ALLOW_MIXED_CODE=1)" in lines[0]
     assert _targets("--runs", str(root), "--allow-mixed-code").returncode == 0
+
+
+# --- item 10: the smaller report cases -------------------------------------------------------------------------
+
+
+def test_a_paper_target_without_runs_fails_in_one_line(tmp_path: Path) -> None:
+    res = _report("table2", "--runs", str(tmp_path / "none"), "--out", str(tmp_path / "out"))
+    lines = [x for x in res.stderr.splitlines() if x.strip()]
+    assert res.returncode == 1 and len(lines) == 1, res.stderr
+    assert (
+        lines[0]
+        == f"allmem report: error: no complete run under {tmp_path / 'none'} for table2; run them first (make table2)"
+    )
+    assert not (tmp_path / "out" / "tables" / "table2.md").exists()
+
+
+def test_the_overview_names_incomplete_runs(bm25_run: Path, tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    shutil.copytree(bm25_run, root / "done")
+    (shutil.copytree(bm25_run, root / "half") / rundir.DONE).unlink()
+    res = _report(str(root), "--out", str(tmp_path / "o.md"))
+    assert res.returncode == 0, res.stderr
+    assert f"- incomplete: {root / 'half'}" in res.stdout
+    assert (tmp_path / "o.md").read_text() == res.stdout.removesuffix("\n")
+
+
+def test_the_provenance_names_the_embedder_the_run_used(bm25_run: Path) -> None:
+    from allmem.report.provenance import backend_text
+    from allmem.report.runs import load_run
+
+    run = load_run(bm25_run)
+    assert run.backend["embedder"] == "faultkit.HashEmbedder"  # tests/faultkit.py's embedder has no name
+    assert backend_text([run]) == (
+        "offline backend (extractive reader, faultkit.HashEmbedder embeddings, rule-based LLM roles; no LLM judge)"
+    )
+
+
+def test_a_failed_report_write_keeps_the_old_file(tmp_path: Path) -> None:
+    target = tmp_path / "fig.png"
+    target.write_bytes(b"old")
+
+    def torn(tmp: Path) -> None:
+        tmp.write_bytes(b"ha")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        rundir.write_via(target, torn)
+    assert target.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["fig.png"]

@@ -23,6 +23,7 @@ def build_report(root: Path, allow_mixed_code: bool = False) -> str:
     from allmem.report.atc import atc_sections
     from allmem.report.runs import check_same_code
     from allmem.report.tables import find_runs, group_table, main_table, split_table
+    from allmem.rundir import CONFIG
 
     runs = find_runs(root)
     if not runs:
@@ -43,6 +44,10 @@ def build_report(root: Path, allow_mixed_code: bool = False) -> str:
                 f"41, 42, 43 only.\n\n{split_table(subset)}"
             )
         sections += atc_sections(subset)
+    done = {r.path for r in runs}
+    incomplete = sorted({p.parent for p in root.rglob(CONFIG)} - done)
+    if incomplete:  # named, never silently left out
+        sections.append("Incomplete (no DONE; not counted):\n\n" + "\n".join(f"- incomplete: {p}" for p in incomplete))
     return "\n\n".join(sections) + "\n"
 
 
@@ -56,8 +61,9 @@ def _overview(argv: list[str]) -> int:
     text = build_report(args.root, args.allow_mixed_code)
     print(text)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+        from allmem.rundir import write_atomic
+
+        write_atomic(args.out, text)
     if args.figures:
         from allmem.report.figures import write_figures
         from allmem.report.tables import find_runs

@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from allmem import rundir
 from allmem.report.compare import compare, fmt_ci, metric_title
 from allmem.report.figures import pyplot
 from allmem.report.frame import config_columns
@@ -68,8 +69,8 @@ def summarise_sweep(root: Path, out: Path) -> list[Path]:
     ])  # fmt: skip
     (out / "tables").mkdir(parents=True, exist_ok=True)
     md, csv = out / "tables" / "sweep.md", out / "tables" / "sweep.csv"
-    md.write_text(text + "\n")
-    table.to_csv(csv, index=False)
+    rundir.write_atomic(md, text + "\n")
+    rundir.write_atomic(csv, table.to_csv(index=False))
     numeric = [k for k in keys if pd.api.types.is_numeric_dtype(table[k])]
     xkey = numeric[0] if len(keys) == 1 and numeric else "generator_tokens"
     plt = pyplot()
