@@ -65,10 +65,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not p.is_dir():
             print(f"allmem compare: error: {p}: not a folder", file=sys.stderr)
             return 1
-    if _is_run(args.a) and _is_run(args.b):
-        results = [(f"{args.a} vs {args.b}", rundir.same_result(args.a, args.b))]
-    else:
-        results = compare_roots(args.a, args.b)
+    try:
+        if _is_run(args.a) and _is_run(args.b):
+            results = [(f"{args.a} vs {args.b}", rundir.same_result(args.a, args.b))]
+        else:
+            results = compare_roots(args.a, args.b)
+    except ValueError as exc:  # ConfigError (an unreadable config.yaml), a corrupt JSON line: named, one line
+        print(f"allmem compare: error: {exc}", file=sys.stderr)
+        return 1
         if not results:
             print(f"allmem compare: error: no run directory under {args.a} or {args.b}", file=sys.stderr)
             return 1

@@ -47,7 +47,9 @@ def build_report(root: Path, allow_mixed_code: bool = False) -> str:
     done = {r.path for r in runs}
     incomplete = sorted({p.parent for p in root.rglob(CONFIG)} - done)
     if incomplete:  # named, never silently left out
-        sections.append("Incomplete (no DONE; not counted):\n\n" + "\n".join(f"- incomplete: {p}" for p in incomplete))
+        sections.append(
+            "Incomplete (no DONE; not counted):\n\n" + "\n".join(f"- incomplete: {p}" for p in incomplete)
+        )
     return "\n\n".join(sections) + "\n"
 
 

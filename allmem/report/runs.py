@@ -136,7 +136,10 @@ class Run:
 
 def load_run(path: Path) -> Run:
     cfg = rundir.read_config(path)  # safe: no objects built, interpolations kept as text
-    metrics = json.loads((path / rundir.METRICS).read_text())
+    try:
+        metrics = json.loads((path / rundir.METRICS).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path / rundir.METRICS}: cannot be read as a run's metrics ({exc})") from None
     return Run(path=path, cfg=cfg, metrics=metrics)
 
 

@@ -153,10 +153,10 @@ class Point:
 def _fingerprint() -> str:
     """What a composed config's hash depends on besides the overrides: every config file, the identity rules
     (``allmem/rundir.py``) and the cache folder the configs interpolate."""
+    from allmem.fingerprint import source_fingerprint
+
     h = hashlib.sha256(os.environ.get("ALLMEM_CACHE", "").encode())
-    for path in sorted(CONFIGS.rglob("*.yaml")):
-        h.update(path.relative_to(CONFIGS).as_posix().encode() + b"\0" + path.read_bytes())
-    h.update(Path(rundir.__file__).read_bytes())
+    h.update(source_fingerprint(("configs", "allmem/rundir.py")).encode())
     return h.hexdigest()[:16]
 
 
