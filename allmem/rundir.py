@@ -13,6 +13,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
+import logging
 import os
 import secrets
 from collections.abc import Callable, Iterable
@@ -275,6 +276,17 @@ def reusable(run_dir: Path, cfg: DictConfig, digest: str) -> bool:
             f"{run_dir}: holds a complete run of another config or data (hash {have}, this one {want}); "
             "choose another run.name or delete the folder"
         )
+    from allmem.fingerprint import source_fingerprint
+
+    try:
+        made_by = json.loads((run_dir / MANIFEST).read_text(encoding="utf-8")).get("code")
+    except (OSError, ValueError):
+        made_by = None
+    if made_by != source_fingerprint():  # reused as asked, but never silently (the paper targets refuse it)
+        logging.getLogger("allmem.run").warning(
+            "%s was made by other code (source fingerprint %s, this code %s); delete it to run it again",
+            run_dir, made_by or "none", source_fingerprint(),
+        )  # fmt: skip
     return True
 
 

@@ -264,3 +264,12 @@ def test_a_failed_report_write_keeps_the_old_file(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         rundir.write_via(target, torn)
     assert target.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["fig.png"]
+
+
+def test_allmem_run_reuses_a_run_of_other_code_only_with_a_warning(tmp_path: Path) -> None:
+    args = ("method=bm25", f"dataset.path={TINY}", "run.name=o")
+    assert allmem_run(tmp_path, *args).rc == 0
+    _set_code(tmp_path / "runs" / "o", "0123456789abcdef")
+    again = allmem_run(tmp_path, *args)
+    assert again.rc == 0 and "[allmem] skip (complete)" in again.out
+    assert "was made by other code (source fingerprint 0123456789abcdef, this code " in again.err
