@@ -80,7 +80,7 @@ sweep: $(STAMP) ## Any Hydra multirun, e.g. make sweep NAME=K ARGS="method=allme
 	@test -n "$(ARGS)" || { echo 'make sweep: give the sweep, e.g. ARGS="method=allmem method.retrieval.K=4,8,16"'; exit 2; }
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(VENV)/bin/allmem run -m $(ARGS) run.root=results/runs/sweeps/$(NAME) \
 		'run.bank_cache=$${paths.cache_dir}/banks' run.progress=false hydra/launcher=local hydra.launcher.n_jobs=$(JOBS)
-	$(VENV)/bin/allmem report sweep --runs results/runs/sweeps/$(NAME) --out results/sweeps/$(NAME)
+	$(VENV)/bin/allmem report sweep --runs results/runs/sweeps/$(NAME) --out results/sweeps/$(NAME) $(if $(ALLOW_MIXED_CODE),--allow-mixed-code)
 
 bench: $(STAMP) ## Mem-Lat: allmem vs allmem_hybrid on LoCoMo; exact vs approximate search and BM25 up to 10^6 units
 	$(PY) scripts/bench_latency.py

@@ -110,7 +110,7 @@ def _main(argv: list[str]) -> int:
     if "sweep" in args.targets:
         from allmem.report.sweep import summarise_sweep
 
-        for path in summarise_sweep(args.runs, args.out):
+        for path in summarise_sweep(args.runs, args.out, args.allow_mixed_code):
             print(f"[allmem] sweep: {path}")
         rest = [t for t in args.targets if t != "sweep"]
         if not rest:
