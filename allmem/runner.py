@@ -167,7 +167,7 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
     overrides = task_overrides() if overrides is None else list(overrides)
     digest = rundir.data_digest(cfg)
     run_dir = rundir.resolve(cfg, overrides, digest)
-    if rundir.is_complete(run_dir):
+    if rundir.reusable(run_dir, cfg, digest):  # a complete run of another config or data there is refused
         log.info("complete run found, skipping: %s", run_dir)
         print(f"[allmem] skip (complete): {run_dir}")
         return run_dir
@@ -184,11 +184,11 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
     input_counts = preflight.check_data(dialogues, cfg)
     protocol: Protocol = _built("protocol", lambda: instantiate(cfg.protocol))
     svc = _Services.build(cfg, run_dir)
-    backend = _backend(cfg, svc.llm)
+    backend = _backend(cfg, svc.llm, svc.embedder)
     data_files = sorted({Path(d.source) for d in dialogues if d.source})
 
     with attempts.RunLock(run_dir):
-        if rundir.is_complete(run_dir):  # another process finished it while this one was starting
+        if rundir.reusable(run_dir, cfg, digest):  # another process finished it while this one was starting
             print(f"[allmem] skip (complete): {run_dir}")
             return run_dir
         rundir.prepare(run_dir, cfg)
@@ -388,12 +388,12 @@ def ledger_scope(llm: Any, **scope: Any) -> Any:
     return ledger.scope(**scope) if ledger is not None else nullcontext()
 
 
-def _backend(cfg: DictConfig, llm: Any) -> dict[str, Any]:
-    """Which backend produced the numbers: every result says so."""
+def _backend(cfg: DictConfig, llm: Any, embedder: Any = None) -> dict[str, Any]:
+    """Which backend produced the numbers: every result says so (the embedder the run built, by its name)."""
     return {
         "llm": str(cfg.llm.backend),
         "llm_model": str(cfg.llm.get("model", "")),
-        "embedder": "all-MiniLM-L6-v2",
+        "embedder": str(getattr(embedder, "name", None) or cfg.embedder.get("_target_")),
         "generator": str(cfg.generator._target_),
         # a dry run calls no model: its answers come from the offline roles, so its numbers are offline numbers
         "offline": str(cfg.llm.backend) == "offline" or bool(cfg.llm.get("dry_run", False)),

@@ -16,6 +16,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from allmem import rundir
+from allmem.fingerprint import source_fingerprint
 from allmem.metrics import score_records
 from allmem.report.targets import _compose, sweep_points
 
@@ -108,7 +109,7 @@ def write_run(
     }
     (path / rundir.METRICS).write_text(json.dumps(metrics))
     manifest = {"git": {"sha": "0123456789abcdef", "dirty": False}, "written_at": "2026-01-02T03:04:05+00:00",
-                "backend": metrics["backend"], "data": {}}  # fmt: skip
+                "backend": metrics["backend"], "data": {}, "code": source_fingerprint()}  # fmt: skip
     (path / rundir.MANIFEST).write_text(json.dumps(manifest))
     (path / rundir.DONE).write_text("complete\n")
     return path

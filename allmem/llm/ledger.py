@@ -189,9 +189,8 @@ def price_run(run_dir: str | Path, prices: Mapping[str, Mapping[str, float]] | N
     """Price a run directory's ``calls.jsonl`` with ``prices``, else the ``llm.prices`` table of its config.yaml."""
     run = Path(run_dir)
     if prices is None:
-        import yaml
+        from allmem.rundir import CONFIG, read_config_data  # the one safe reader of a stored config
 
-        cfg_path = run / "config.yaml"
-        cfg = yaml.safe_load(cfg_path.read_text(encoding="utf-8")) if cfg_path.exists() else {}
-        prices = ((cfg or {}).get("llm") or {}).get("prices") or {}
+        cfg = read_config_data(run) if (run / CONFIG).exists() else {}
+        prices = (cfg.get("llm") or {}).get("prices") or {}
     return price_calls(read_calls(run / "calls.jsonl"), prices)

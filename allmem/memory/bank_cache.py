@@ -27,7 +27,6 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, is_dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -35,25 +34,13 @@ FORMAT = 1
 ENTRY = "entry.json"
 BANK = "bank"
 EVENTS = "atc_events.jsonl"
-_SOURCE_SUFFIXES = (".py", ".txt", ".md")
 
 
-@lru_cache(maxsize=1)
 def code_fingerprint() -> str:
-    """sha256 over allmem's source files, prompts included; the report package is left out (it reads results)."""
-    root = Path(__file__).resolve().parents[1]
-    h = hashlib.sha256()
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root).as_posix()
-        if not path.is_file() or path.suffix not in _SOURCE_SUFFIXES or rel.startswith("report/"):
-            continue
-        if "__pycache__" in rel:
-            continue
-        h.update(rel.encode())
-        h.update(b"\0")
-        h.update(path.read_bytes())
-        h.update(b"\0")
-    return h.hexdigest()[:16]
+    """The library's part of the source fingerprint (``allmem.fingerprint``: one home for it)."""
+    from allmem.fingerprint import source_fingerprint
+
+    return source_fingerprint(("allmem",))
 
 
 def _plain(value: Any) -> Any:

@@ -116,9 +116,12 @@ def protocol_for(path: Path, name: str | None, ks: str | None, table_k: int | No
     cfg_path = (path if path.is_dir() else path.parent) / "config.yaml"
     node: dict[str, Any] = {"name": "allmem", "ks": list(DEFAULT_KS), "table_k": DEFAULT_TABLE_K}
     if cfg_path.is_file():
-        import yaml
+        from allmem.rundir import read_config_data
 
-        node.update(((yaml.safe_load(cfg_path.read_text(encoding="utf-8")) or {}).get("protocol")) or {})
+        stored = read_config_data(cfg_path.parent).get("protocol") or {}
+        node.update(
+            {k: stored[k] for k in ("name", "ks", "table_k") if k in stored}
+        )  # by name, never _target_
     if name is not None and name != node["name"]:
         node = {"name": name, "ks": list(DEFAULT_KS), "table_k": DEFAULT_TABLE_K}
     if ks is not None:

@@ -283,18 +283,18 @@ def get_protocol(name: str, ks: Sequence[int] = DEFAULT_KS, table_k: int = DEFAU
 
 
 def as_protocol(protocol: str | Protocol | Any) -> Protocol:
-    """A ``Protocol`` from itself, a name (default ks) or a ``protocol`` config node (``_target_``, name, ks,
-    table_k): every consumer accepts all three, so an old caller passing a name still works."""
+    """A ``Protocol`` from itself, a name (default ks) or a ``protocol`` config node (name, ks, table_k): every
+    consumer accepts all three, so an old caller passing a name still works. A node is built by its name
+    (``get_protocol``), never by its ``_target_``: a node may come from a run folder on disk, which is data,
+    never code (the runner alone instantiates the live config's protocol)."""
     if isinstance(protocol, Protocol):
         return protocol
     if isinstance(protocol, str):
         return get_protocol(protocol)
     if isinstance(protocol, Mapping) or hasattr(protocol, "keys"):
-        from hydra.utils import instantiate
-
         node = dict(protocol)
-        if "_target_" in node:
-            return instantiate(protocol)
+        if "name" not in node:
+            raise ValueError(f"protocol config has no name: {sorted(map(str, node))}")
         return get_protocol(
             str(node["name"]), node.get("ks", DEFAULT_KS), node.get("table_k", DEFAULT_TABLE_K)
         )

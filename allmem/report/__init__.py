@@ -11,17 +11,25 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 from pathlib import Path
 
+from allmem.report.runs import ALLOW_MIXED_CODE
 
-def build_report(root: Path) -> str:
+MIXED_HELP = "build tables even from runs made by different code (source fingerprints differ or are missing)"
+
+
+def build_report(root: Path, allow_mixed_code: bool = False) -> str:
     from allmem.metrics.judge import invalid_note
     from allmem.report.atc import atc_sections
+    from allmem.report.runs import check_same_code
     from allmem.report.tables import find_runs, group_table, main_table, split_table
+    from allmem.rundir import CONFIG
 
     runs = find_runs(root)
     if not runs:
         raise SystemExit(f"allmem report: no complete run directory (with DONE) under {root}")
+    check_same_code(runs, allow_mixed_code)
     sections = []
     for dataset in sorted({r.dataset for r in runs}):
         subset = [r for r in runs if r.dataset == dataset]
@@ -40,6 +48,12 @@ def build_report(root: Path) -> str:
                 f"41, 42, 43 only.\n\n{split_table(subset)}"
             )
         sections += atc_sections(subset)
+    done = {r.path for r in runs}
+    incomplete = sorted({p.parent for p in root.rglob(CONFIG)} - done)
+    if incomplete:  # named, never silently left out
+        sections.append(
+            "Incomplete (no DONE; not counted):\n\n" + "\n".join(f"- incomplete: {p}" for p in incomplete)
+        )
     return "\n\n".join(sections) + "\n"
 
 
@@ -48,12 +62,14 @@ def _overview(argv: list[str]) -> int:
     parser.add_argument("root", type=Path, help="folder holding run directories (searched recursively)")
     parser.add_argument("--out", type=Path, help="also write the Markdown here")
     parser.add_argument("--figures", type=Path, help="also draw the figures (PNG) into this folder")
+    parser.add_argument(ALLOW_MIXED_CODE, action="store_true", help=MIXED_HELP)
     args = parser.parse_args(argv)
-    text = build_report(args.root)
+    text = build_report(args.root, args.allow_mixed_code)
     print(text)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+        from allmem.rundir import write_atomic
+
+        write_atomic(args.out, text)
     if args.figures:
         from allmem.report.figures import write_figures
         from allmem.report.tables import find_runs
@@ -64,7 +80,17 @@ def _overview(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(argv or [])
+    """Expected errors (a run folder that cannot be read as a run, a refused mix of runs) print one line."""
+    from allmem.errors import ConfigError
+
+    try:
+        return _main(list(argv or []))
+    except ConfigError as exc:
+        print(f"allmem report: error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _main(argv: list[str]) -> int:
     if argv and Path(argv[0]).is_dir():
         return _overview(argv)
     from allmem.report.targets import ALIASES, GROUPS, TARGETS
@@ -83,11 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--set", dest="extra", default="", help="the extra Hydra overrides the runs used, quoted"
     )
+    parser.add_argument(ALLOW_MIXED_CODE, action="store_true", help=MIXED_HELP)
     args = parser.parse_args(argv)
     if "sweep" in args.targets:
         from allmem.report.sweep import summarise_sweep
 
-        for path in summarise_sweep(args.runs, args.out):
+        for path in summarise_sweep(args.runs, args.out, args.allow_mixed_code):
             print(f"[allmem] sweep: {path}")
         rest = [t for t in args.targets if t != "sweep"]
         if not rest:
@@ -95,5 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         args.targets = rest
     from allmem.report.paper import summarise
 
-    summarise(args.targets, args.runs, args.out, args.lme or None, shlex.split(args.extra))
+    summarise(
+        args.targets, args.runs, args.out, args.lme or None, shlex.split(args.extra), args.allow_mixed_code
+    )
     return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from allmem import rundir
 from allmem.report.atc import pooled_recoverability
 from allmem.report.tables import Run
 
@@ -26,7 +27,7 @@ def pyplot():
 
 def _save(plt, fig, out: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
+    rundir.write_via(out, lambda tmp: fig.savefig(tmp, dpi=120))
     plt.close(fig)
     return out
 

@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 from omegaconf import OmegaConf
 
+from allmem import rundir
 from allmem.report.items import KEYS, item_frame
 from allmem.report.runs import Run
 
@@ -92,8 +93,4 @@ def question_table(runs: Iterable[Run]) -> pd.DataFrame:
 
 def write_parquet(runs: Iterable[Run], path: Path) -> Path:
     table = question_table(runs)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".parquet.tmp")
-    table.to_parquet(tmp, index=False)
-    tmp.replace(path)
-    return path
+    return rundir.write_via(path, lambda tmp: table.to_parquet(tmp, index=False))

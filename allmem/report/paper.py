@@ -14,11 +14,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from allmem import rundir
+from allmem.errors import ConfigError
 from allmem.report import ablations, cost, paper_figures, stats, table1
 from allmem.report.atc import table3_frame, table3_markdown
 from allmem.report.frame import write_parquet
 from allmem.report.provenance import DATASET_TITLES, footer
-from allmem.report.runs import Run
+from allmem.report.runs import Run, check_same_code
 from allmem.report.targets import LME_SKIPPED, TARGETS, Point, collect, expand, experiments_of
 from benchmarks import fit_split
 
@@ -55,10 +57,10 @@ def _suffix(dataset: str) -> str:
 def _write(text: str, frame: pd.DataFrame | None, tables: Path, name: str) -> list[Path]:
     tables.mkdir(parents=True, exist_ok=True)
     md = tables / f"{name}.md"
-    md.write_text(text.rstrip() + "\n")
+    rundir.write_atomic(md, text.rstrip() + "\n")
     paths = [md]
     if frame is not None and not frame.empty:
-        frame.to_csv(tables / f"{name}.csv", index=False)
+        rundir.write_atomic(tables / f"{name}.csv", frame.to_csv(index=False))
         paths.append(tables / f"{name}.csv")
     return paths
 
@@ -259,11 +261,19 @@ RENDER: dict[str, Callable[[Found, Path, Path], list[Path]]] = {
 
 
 def summarise(
-    targets: Sequence[str], root: Path, out: Path, lme: str | None = None, extra: Sequence[str] = ()
-) -> list[Path]:
-    """Write the tables and figures of ``targets`` (groups allowed) under ``out``; returns the files written."""
+    targets: Sequence[str], root: Path, out: Path, lme: str | None = None, extra: Sequence[str] = (),
+    allow_mixed_code: bool = False,
+) -> list[Path]:  # fmt: skip
+    """Write the tables and figures of ``targets`` (groups allowed) under ``out``; returns the files written.
+    Refuses runs made by different code unless ``allow_mixed_code`` (``runs.check_same_code``)."""
     names = expand(targets)
     found = collect(experiments_of(names), root, lme, extra)
+    used = [p.run for per in found.values() for pts in per.values() for p in pts if p.run is not None]
+    if not used:  # nothing to show is a failure, not an empty table
+        raise ConfigError(
+            f"no complete run under {root} for {', '.join(names)}; run them first (make {' '.join(names)})"
+        )
+    check_same_code(used, allow_mixed_code)
     tables, figures = out / "tables", out / "figures"
     written: list[Path] = []
     if not lme:

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from allmem import rundir
 from allmem.report.ablations import STAGES, search_ms, surface_share
 from allmem.report.atc import pooled_recoverability
 from allmem.report.compare import compare
@@ -40,7 +41,7 @@ def save(fig, runs: Sequence[Run], out: Path, note: str = "") -> list[Path]:
     paths = []
     for ext in ("png", "pdf"):
         path = out.with_suffix(f".{ext}")
-        fig.savefig(path, dpi=150)
+        rundir.write_via(path, lambda tmp: fig.savefig(tmp, dpi=150))
         paths.append(path)
     plt.close(fig)
     return paths

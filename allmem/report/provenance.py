@@ -22,8 +22,9 @@ def backend_text(runs: Sequence[Run]) -> str:
     offline = [r for r in runs if r.offline]
     parts = []
     if offline:
+        embedders = ", ".join(sorted({str(r.backend.get("embedder") or "unknown") for r in offline}))
         parts.append(
-            "offline backend (extractive reader, MiniLM embeddings, rule-based LLM roles; no LLM judge)"
+            f"offline backend (extractive reader, {embedders} embeddings, rule-based LLM roles; no LLM judge)"
         )
     models = sorted(
         {

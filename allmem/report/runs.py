@@ -1,6 +1,6 @@
 """Reading run directories: the one module of the report that knows their file names and fields.
 
-Everything the tables and figures show comes from here: ``config.yaml`` (resolved), ``metrics.json``,
+Everything the tables and figures show comes from here: ``config.yaml`` (read as data by ``rundir.read_config``), ``metrics.json``,
 ``manifest.json``, ``predictions.jsonl``, ``system_stats.jsonl``, ``atc_events.jsonl`` and ``calls.jsonl``. A run
 counts only when complete (``DONE`` exists); anything else is never read as a result. When the run-directory
 contract changes, this is the file to adapt.
@@ -9,7 +9,7 @@ contract changes, this is the file to adapt.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -18,6 +18,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from allmem import rundir
+from allmem.errors import ConfigError
 from allmem.metrics.protocols import Protocol, as_protocol
 
 EVENTS = "atc_events.jsonl"
@@ -46,8 +47,12 @@ class Run:
 
     @cached_property
     def protocol(self) -> Protocol:
-        """The run's scoring protocol, built from its own config (its ks and table k)."""
-        return as_protocol(self.cfg.protocol)
+        """The run's scoring protocol, built by name from its own config (its ks and table k), never by the
+        stored ``_target_`` (a run folder is data)."""
+        try:
+            return as_protocol(self.cfg.protocol)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ConfigError(f"{self.path / rundir.CONFIG}: protocol: {exc}") from None
 
     @property
     def backend(self) -> dict[str, Any]:
@@ -72,6 +77,13 @@ class Run:
     def manifest(self) -> dict[str, Any]:
         path = self.path / rundir.MANIFEST
         return json.loads(path.read_text()) if path.exists() else {}
+
+    @property
+    def code(self) -> str | None:
+        """The source fingerprint (``allmem.fingerprint``) every attempt of the run was made with; None when the
+        run records none or its attempts were made by different code."""
+        codes = {a.get("code") for a in self.manifest.get("attempts") or [self.manifest]}
+        return codes.pop() if len(codes) == 1 and None not in codes else None
 
     @property
     def git_sha(self) -> str | None:
@@ -123,9 +135,11 @@ class Run:
 
 
 def load_run(path: Path) -> Run:
-    cfg = OmegaConf.load(path / rundir.CONFIG)
-    assert isinstance(cfg, DictConfig)
-    metrics = json.loads((path / rundir.METRICS).read_text())
+    cfg = rundir.read_config(path)  # safe: no objects built, interpolations kept as text
+    try:
+        metrics = json.loads((path / rundir.METRICS).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path / rundir.METRICS}: cannot be read as a run's metrics ({exc})") from None
     return Run(path=path, cfg=cfg, metrics=metrics)
 
 
@@ -143,3 +157,25 @@ def by_hash(runs: Iterable[Run]) -> dict[str, Run]:
     for run in sorted(runs, key=lambda r: (r.written_at or "", str(r.path))):
         out[run.config_hash] = run
     return out
+
+
+ALLOW_MIXED_CODE = "--allow-mixed-code"
+
+
+def check_same_code(runs: Sequence[Run], allow: bool = False, code: str | None = None) -> None:
+    """Refuse (``ConfigError``, one line) to build from runs made by different code: their fingerprints differ,
+    one records none (counts as different), or, given ``code``, one differs from it. ``allow``: the user's
+    ``--allow-mixed-code``. The rule is in docs/DESIGN.md."""
+    if allow:
+        return
+    codes = [r.code for r in runs]
+    other = [r for r in runs if r.code is None or r.code != (code or codes[0])]
+    if not other or (code is None and len(runs) < 2):
+        return
+    seen = sorted({c or "none" for c in codes})
+    raise ConfigError(
+        f"{len(other)} of {len(runs)} runs were made by other code than {'this code' if code else 'the rest'} "
+        f"(source fingerprints {', '.join(seen[:4])}{', ...' if len(seen) > 4 else ''}; e.g. {other[0].path}): "
+        f"delete them to run again with this code, or pass {ALLOW_MIXED_CODE} (make ALLOW_MIXED_CODE=1) "
+        "to use them anyway"
+    )

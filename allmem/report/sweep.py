@@ -13,13 +13,14 @@ from typing import Any
 
 import pandas as pd
 
+from allmem import rundir
 from allmem.report.compare import compare, fmt_ci, metric_title
 from allmem.report.figures import pyplot
 from allmem.report.frame import config_columns
 from allmem.report.items import item_frame
 from allmem.report.paper_figures import generator_tokens, save
 from allmem.report.provenance import footer
-from allmem.report.runs import Run, find_runs
+from allmem.report.runs import Run, check_same_code, find_runs
 from allmem.report.table1 import table_metrics
 from allmem.report.tables import markdown
 
@@ -53,10 +54,11 @@ def summary_frame(runs: list[Run]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def summarise_sweep(root: Path, out: Path) -> list[Path]:
+def summarise_sweep(root: Path, out: Path, allow_mixed_code: bool = False) -> list[Path]:
     runs = find_runs(root)
     if not runs:
         raise SystemExit(f"allmem report sweep: no complete run directory (with DONE) under {root}")
+    check_same_code(runs, allow_mixed_code)
     table = summary_frame(runs)
     keys = [k.removeprefix("cfg.") for k in varying_keys(runs)]
     metrics = [m for m in table_metrics(runs) if m in table]
@@ -68,8 +70,8 @@ def summarise_sweep(root: Path, out: Path) -> list[Path]:
     ])  # fmt: skip
     (out / "tables").mkdir(parents=True, exist_ok=True)
     md, csv = out / "tables" / "sweep.md", out / "tables" / "sweep.csv"
-    md.write_text(text + "\n")
-    table.to_csv(csv, index=False)
+    rundir.write_atomic(md, text + "\n")
+    rundir.write_atomic(csv, table.to_csv(index=False))
     numeric = [k for k in keys if pd.api.types.is_numeric_dtype(table[k])]
     xkey = numeric[0] if len(keys) == 1 and numeric else "generator_tokens"
     plt = pyplot()

@@ -153,10 +153,10 @@ class Point:
 def _fingerprint() -> str:
     """What a composed config's hash depends on besides the overrides: every config file, the identity rules
     (``allmem/rundir.py``) and the cache folder the configs interpolate."""
+    from allmem.fingerprint import source_fingerprint
+
     h = hashlib.sha256(os.environ.get("ALLMEM_CACHE", "").encode())
-    for path in sorted(CONFIGS.rglob("*.yaml")):
-        h.update(path.relative_to(CONFIGS).as_posix().encode() + b"\0" + path.read_bytes())
-    h.update(Path(rundir.__file__).read_bytes())
+    h.update(source_fingerprint(("configs", "allmem/rundir.py")).encode())
     return h.hexdigest()[:16]
 
 
@@ -259,8 +259,15 @@ def run_experiments(
     lme: str | None,
     extra: Sequence[str],
     dry_run: bool = False,
+    allow_mixed_code: bool = False,
 ) -> int:
-    """Launch one Hydra multirun per experiment and dataset whose points are not all complete."""
+    """Launch one Hydra multirun per experiment and dataset whose points are not all complete. A complete run
+    made by other code than this checkout's (``allmem.fingerprint``) is never silently reused: refused in one
+    line unless ``allow_mixed_code`` (docs/DESIGN.md)."""
+    from allmem.errors import ConfigError
+    from allmem.fingerprint import source_fingerprint
+    from allmem.report.runs import check_same_code
+
     if not lme:
         print(f"[allmem] {LME_SKIPPED}")
     env = dict(os.environ)
@@ -273,6 +280,11 @@ def run_experiments(
         if runs is None:
             runs = by_hash(find_runs(root))
         for ds, pts in collect([exp], root, lme, extra, runs)[exp].items():
+            try:
+                check_same_code([p.run for p in pts if p.run], allow_mixed_code, source_fingerprint())
+            except ConfigError as exc:
+                print(f"[allmem] {exp} on {ds}: error: {exc}", file=sys.stderr)
+                return 1
             done = sum(p.run is not None for p in pts)
             if done == len(pts):
                 print(f"[allmem] {exp} on {ds}: {done}/{len(pts)} runs complete, nothing to run")
@@ -310,6 +322,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--lme", default=None, help="path to longmemeval_s_cleaned.json (optional)")
     parser.add_argument("--set", dest="extra", default="", help="extra Hydra overrides for every run, quoted")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    parser.add_argument("--allow-mixed-code", action="store_true",
+                        help="reuse complete runs made by other code (another source fingerprint, or none)")  # fmt: skip
     args = parser.parse_args(argv)
     extra = shlex.split(args.extra)
     if args.action == "list":
@@ -319,7 +333,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     state = p.run.path if p.run else "missing"
                     print(f"{exp:14s} {ds:14s} {p.label:40s} {p.config_hash} {state}")
         return 0
-    return run_experiments(args.targets, args.runs, args.jobs, args.lme or None, extra, args.dry_run)
+    return run_experiments(
+        args.targets, args.runs, args.jobs, args.lme or None, extra, args.dry_run, args.allow_mixed_code
+    )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,40 @@
+"""The fingerprint of the sources that can change a result: the one place it is computed.
+
+Every run records it (``manifest.json`` ``code``, each attempt too), so a table is never silently built from runs
+made by other code: the paper targets refuse a mix unless told (``--allow-mixed-code``; docs/DESIGN.md). The
+bank cache keys re-usable banks by the library part of it. What counts: the library (``allmem/`` but its report
+package, which reads results and makes none), the baselines, the dataset loaders, the configs and the prompt
+templates (``allmem/llm/prompts/*.txt``); documentation does not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from functools import lru_cache
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULT_SOURCES: tuple[str, ...] = ("allmem", "baselines", "benchmarks", "configs")
+SUFFIXES = (".py", ".txt", ".yaml")
+EXCLUDED = ("allmem/report/",)  # reads run directories; cannot change what a run computes
+
+
+@lru_cache(maxsize=8)
+def source_fingerprint(roots: tuple[str, ...] = RESULT_SOURCES) -> str:
+    """sha256 (16 hex) over the path and bytes of every source file under ``roots`` (folders or files,
+    relative to the repository), in path order."""
+    h = hashlib.sha256()
+    for root in roots:
+        base = REPO / root
+        files = [base] if base.is_file() else sorted(base.rglob("*"))
+        for path in files:
+            rel = path.relative_to(REPO).as_posix()
+            if (
+                not path.is_file()
+                or path.suffix not in SUFFIXES
+                or "__pycache__" in rel
+                or rel.startswith(EXCLUDED)
+            ):
+                continue
+            h.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]

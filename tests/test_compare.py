@@ -1,0 +1,76 @@
+"""The comparison rule (``allmem.rundir.same_result``, ``allmem compare``): two runs of the same config are the
+same result whatever their timings, cache state, attempts or process; a changed answer is a difference."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from allmem import rundir
+from tests.faultkit import FIXTURES, allmem_run, done_dir, env
+
+TINY = FIXTURES / "locomo_tiny.json"
+pytestmark = pytest.mark.slow
+
+
+def _compare(a: Path, b: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "allmem.cli", "compare", str(a), str(b)],
+        env=env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def _edit_predictions(run: Path, change) -> None:  # noqa: ANN001 - a callable on one record
+    path = run / rundir.PREDICTIONS
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    change(lines[0])
+    path.write_text("".join(json.dumps(x) + "\n" for x in reversed(lines)))  # order does not matter either
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The tiny fixture run twice into two roots; the second shares the first's caches (cached replies)."""
+    a, b = tmp_path_factory.mktemp("a"), tmp_path_factory.mktemp("b")
+    args = ("method=allmem", f"dataset.path={TINY}")
+    first = allmem_run(a, *args)
+    second = allmem_run(b, *args, cache=a / "cache")
+    return done_dir(first), done_dir(second)
+
+
+def test_two_runs_of_one_config_are_the_same(two_runs: tuple[Path, Path]) -> None:
+    a, b = two_runs
+    assert rundir.same_result(a, b) == []
+    res = _compare(a.parents[1], b.parents[1])  # two run roots: matched by relative path
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"{a.relative_to(a.parents[1]).as_posix()}: same" in res.stdout
+
+
+def test_changed_latency_is_the_same_result(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
+    copy = shutil.copytree(two_runs[0], tmp_path / "copy")
+    _edit_predictions(copy, lambda r: r["latency_ms"].update(generate=12345.0))
+    metrics = json.loads((copy / rundir.METRICS).read_text())
+    metrics["wall_s_last_session"] = 999.0
+    (copy / rundir.METRICS).write_text(json.dumps(metrics))
+    res = _compare(two_runs[1], copy)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_changed_prediction_differs(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
+    copy = shutil.copytree(two_runs[0], tmp_path / "copy")
+    _edit_predictions(copy, lambda r: r.update(prediction="something else"))
+    diffs = rundir.same_result(two_runs[1], copy)
+    assert len(diffs) == 1 and diffs[0].startswith("predictions.jsonl.conv-1/conv-1:q0000.prediction:")
+    res = _compare(two_runs[1], copy)
+    assert res.returncode == 1
+    assert "differs: predictions.jsonl.conv-1/conv-1:q0000.prediction" in res.stdout
+
+
+def test_a_run_in_one_root_only_is_missing(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
+    (tmp_path / "x").mkdir()
+    res = _compare(two_runs[0].parents[1], tmp_path / "x")
+    assert res.returncode == 1 and ": missing" in res.stdout
