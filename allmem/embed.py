@@ -8,6 +8,14 @@ field), so the key is (model name + sha256 of the model's weight/config files, s
 
 Storage is one SQLite file with float32 blobs: WAL mode lets two processes read and write at once, lookups for a
 batch are one indexed query, and nothing is pickled. An in-memory memo sits in front of it.
+
+Why a text's vector depends on the text alone (issue 17, item 11): a cache keeps the vector of whichever run embedded
+a text first, so any dependence on the batch would make results depend on the job schedule and the cache state.
+Measured on this CPU (500 LoCoMo turns, torch 2.13): a text padded to a longer batch partner's length gets another
+vector (up to 1.6e-7 apart; 465 of 500 rows differ at batch size 64), and two torch threads change about 1 row in 30.
+Texts of equal token length in one forward pass have no padding, and gave bitwise the vector of the text alone for
+every batch size tried (8 to 128, one text repeated 64 times). So the model sees only batches of equal-length texts,
+always on one torch thread: ``_SCHEME`` names this in the identity, so vectors computed otherwise are never mixed in.
 """
 
 from __future__ import annotations
@@ -27,6 +35,8 @@ _SKIP_FILES = {"README.md", ".gitattributes"}  # documentation: editing it must 
 _MEMO_MAX = 500_000  # texts; ~0.75 GB of float32 at 384 dims, far above any run here
 _SQL_CHUNK = 500  # host parameters per IN (...) query, under SQLite's limit
 _IDENTITY_MEMO: dict[tuple[str, int], str] = {}
+# How vectors are computed, part of the identity: equal-length batches without padding, one torch thread.
+_SCHEME = "nopad-1t"
 
 
 def _default_cache_root() -> Path:
@@ -118,6 +128,9 @@ class _VectorStore:
 class Embedder:
     """Batched, L2-normalised float32 sentence embeddings from a local sentence-transformers model.
 
+    A text's vector is bitwise the same whatever else is encoded with it (see the module docstring): texts are
+    grouped by token length, at most ``batch_size`` per forward pass, on one torch thread.
+
     The model loads lazily on the first text that misses the cache, so a fully cached rerun never loads it.
     ``hits`` counts texts served from the memo or the disk cache, ``misses`` texts the model encoded.
     """
@@ -126,9 +139,8 @@ class Embedder:
         self,
         model_path: str | Path | None = None,
         cache_dir: str | Path | None = None,
-        batch_size: int = 8,
+        batch_size: int = 32,
         device: str = "cpu",
-        num_threads: int | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"Embedder: batch_size must be >= 1, got {batch_size}")
@@ -139,7 +151,6 @@ class Embedder:
         self.cache_dir = Path(cache_dir) if cache_dir is not None else _default_cache_root() / "embeddings"
         self.batch_size = batch_size
         self.device = device
-        self.num_threads = num_threads
         self.hits = 0
         self.misses = 0
         self._model: Any = None
@@ -151,9 +162,9 @@ class Embedder:
     # -- identity and lazy resources ---------------------------------------------------------------
     @property
     def identity(self) -> str:
-        """``name@sha256-prefix`` of the model files: the model half of every cache key."""
+        """``name@sha256-prefix/scheme`` (model files, how vectors are computed): the model half of every cache key."""
         if self._identity is None:
-            self._identity = f"{self.name}@{model_fingerprint(self.model_path)[:16]}"
+            self._identity = f"{self.name}@{model_fingerprint(self.model_path)[:16]}/{_SCHEME}"
         return self._identity
 
     @property
@@ -169,11 +180,8 @@ class Embedder:
 
     def _load(self) -> Any:
         if self._model is None:
-            import torch
             from sentence_transformers import SentenceTransformer
 
-            if self.num_threads is not None:
-                torch.set_num_threads(self.num_threads)
             self._model = SentenceTransformer(str(self.model_path), device=self.device)
         return self._model
 
@@ -220,19 +228,39 @@ class Embedder:
         return self.encode([text])[0]
 
     def _encode_model(self, texts: list[str]) -> np.ndarray:
-        vecs = self._load().encode(
-            texts,
-            batch_size=self.batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
-        vecs = np.asarray(vecs, dtype=np.float32)
-        if vecs.shape != (len(texts), self.dim):
-            raise RuntimeError(
-                f"{self.model_path}: model returned shape {vecs.shape}, expected (n, {self.dim})"
-            )
-        return vecs
+        """Vectors of ``texts``, each computed in a forward pass of texts of its own token length (no padding)."""
+        import torch
+
+        model = self._load()
+        lengths = model.tokenize(texts)["attention_mask"].sum(dim=1).tolist()  # the model's own truncation
+        buckets: dict[int, list[int]] = {}
+        for i, n in enumerate(lengths):
+            buckets.setdefault(int(n), []).append(i)
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        threads = torch.get_num_threads()
+        if threads != 1:
+            torch.set_num_threads(1)
+        try:
+            for rows in buckets.values():
+                for start in range(0, len(rows), self.batch_size):
+                    part = rows[start : start + self.batch_size]
+                    vecs = model.encode(
+                        [texts[i] for i in part],
+                        batch_size=len(part),
+                        normalize_embeddings=True,
+                        convert_to_numpy=True,
+                        show_progress_bar=False,
+                    )
+                    vecs = np.asarray(vecs, dtype=np.float32)
+                    if vecs.shape != (len(part), self.dim):
+                        raise RuntimeError(
+                            f"{self.model_path}: model returned shape {vecs.shape}, expected (n, {self.dim})"
+                        )
+                    out[part] = vecs
+        finally:
+            if threads != 1:
+                torch.set_num_threads(threads)
+        return out
 
     def _remember(self, items: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Put vectors in the memo (bounded: cleared when full) and return them as stored."""
