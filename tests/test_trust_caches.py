@@ -1,0 +1,122 @@
+"""Issue 17, item 7 (corrupt caches) and item 10 (bank-cache folders and orphans), through the real CLI where that is
+how a user meets them: a damaged cache costs time (it is rebuilt, with a warning naming the file), never a run,
+and is never used silently. The LLM response cache has its own tests (item 7's other half)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from allmem import rundir
+from tests.faultkit import FIXTURES, allmem_run, done_dir
+
+TINY = FIXTURES / "locomo_tiny.json"
+
+
+def _allmem(tmp: Path, banks: Path, *extra: str):
+    return allmem_run(tmp, "method=allmem", f"dataset.path={TINY}", f"run.bank_cache={banks}", *extra)
+
+
+def _hits(run_dir: Path) -> dict[str, bool]:
+    return {
+        s["dialogue_id"]: s["bank_cache"]["hit"] for s in rundir.read_jsonl(run_dir / rundir.SYSTEM_STATS)
+    }
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A bank cache holding both tiny dialogues, built once by a real run."""
+    tmp = tmp_path_factory.mktemp("built")
+    res = _allmem(tmp, tmp / "banks")
+    assert res.rc == 0, res.err[-2000:]
+    return tmp / "banks"
+
+
+def _entry(banks: Path, dialogue: str = "conv-1") -> Path:
+    (entry,) = [p for p in banks.glob(f"*/{dialogue}") if p.is_dir()]
+    return entry
+
+
+def _tear(path: Path) -> None:
+    """Cut a file in the middle, as a full disk or a killed copy leaves it."""
+    data = path.read_bytes()
+    cut = len(data) // 2
+    cut -= 3 if data[cut - 1 : cut] == b"\n" else 0  # inside a line, not between two
+    path.write_bytes(data[:cut])
+
+
+# ------------------------------------------------------------------ 7. a damaged bank-cache entry
+
+
+@pytest.mark.parametrize(
+    "damaged",
+    ["bank/embeddings.npy", "bank/units.jsonl", "bank/links.jsonl", "bank/meta.json", "entry.json",
+     "atc_events.jsonl"],
+)  # fmt: skip
+def test_damaged_bank_cache_entry_is_set_aside_and_ingested_again(built: Path, tmp_path: Path, damaged: str):
+    banks = tmp_path / "banks"
+    shutil.copytree(built, banks)
+    target = _entry(banks) / damaged
+    _tear(target)
+    torn = target.read_bytes()
+    res = _allmem(tmp_path, banks, "method.retrieval.K=4")  # another run over the same banks
+    assert res.rc == 0, res.err[-3000:]
+    assert "Traceback" not in res.err
+    warned = [line for line in res.err.splitlines() if "bank cache:" in line and "WARNING" in line]
+    assert len(warned) == 1 and str(target) in warned[0] and "ingesting this dialogue again" in warned[0], (
+        res.err
+    )
+    assert _hits(done_dir(res)) == {"conv-1": False, "conv-2": True}  # only the damaged dialogue is rebuilt
+    (aside,) = _entry(banks).parent.glob("conv-1.corrupt-*")
+    assert (aside / damaged).read_bytes() == torn  # kept for a look; the entry in its place is a new one
+    # the rebuilt entry is whole: a third run re-uses both dialogues
+    again = _allmem(tmp_path, banks, "method.retrieval.K=5")
+    assert again.rc == 0 and "WARNING" not in again.err.split("unmatched evidence")[-1], again.err[-2000:]
+    assert _hits(done_dir(again)) == {"conv-1": True, "conv-2": True}
+
+
+# ------------------------------------------------------------------ 10. umask and orphaned temporary banks
+
+
+def _dead_pid() -> int:
+    proc = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    return int(proc.stdout)
+
+
+def test_bank_cache_follows_the_umask_and_removes_orphans(built: Path, tmp_path: Path) -> None:
+    banks = tmp_path / "banks"
+    shutil.copytree(built, banks)
+    shutil.rmtree(_entry(banks, "conv-2"))  # so this run stores conv-2 again
+    keydir = _entry(banks).parent
+    host = socket.gethostname().split(".")[0]
+    dead = keydir / f".conv-2.{host}.{_dead_pid()}.0123abcd.tmp"  # a killed writer on this host
+    old = keydir / ".conv-2.k3j9x_q1.tmp"  # tempfile.mkdtemp's name, from before; a day old
+    live = keydir / f".conv-2.{host}.{os.getpid()}.4567cdef.tmp"  # a writer still at work (this test)
+    other = keydir / f".conv-2.otherhost.{_dead_pid()}.89abcdef.tmp"  # another host's, fresh: cannot tell
+    for d in (dead, old, live, other):
+        (d / "bank").mkdir(parents=True)
+    day_ago = time.time() - 86_400
+    os.utime(old, (day_ago, day_ago))
+    umask = os.umask(0o022)
+    try:
+        res = _allmem(tmp_path, banks, "method.retrieval.K=4")
+    finally:
+        os.umask(umask)
+    assert res.rc == 0, res.err[-2000:]
+    assert not dead.exists() and not old.exists()
+    assert live.exists() and other.exists()
+    stored = _entry(banks, "conv-2")
+    assert _hits(done_dir(res)) == {"conv-1": True, "conv-2": False}
+    for path in (stored, stored / "bank"):
+        assert path.stat().st_mode & 0o777 == 0o755, oct(path.stat().st_mode)  # mkdtemp made 0700
+    assert json.loads((stored / "entry.json").read_text())["dialogue_id"] == "conv-2"
