@@ -6,8 +6,8 @@ Why a cache keyed on the model's bytes: the same 6k LoCoMo turns are embedded by
 keying only on a model name would silently serve stale vectors after a model change (an anti-pattern seen in this
 field), so the key is (model name + sha256 of the model's weight/config files, sha256 of the text).
 
-Storage is one SQLite file with float32 blobs: WAL mode lets two processes read and write at once, lookups for a
-batch are one indexed query, and nothing is pickled. An in-memory memo sits in front of it.
+Storage is one SQLite file with float32 blobs (``allmem.embed_store``: every vector read is checked, and a damaged
+file is set aside and rebuilt). An in-memory memo sits in front of it.
 
 Why a text's vector depends on the text alone (issue 17, item 11): a cache keeps the vector of whichever run embedded
 a text first, so any dependence on the batch would make results depend on the job schedule and the cache state.
@@ -22,18 +22,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
-import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from allmem.embed_store import VectorStore
+
 PACKAGED_NAME = "all-MiniLM-L6-v2"
 _SKIP_FILES = {"README.md", ".gitattributes"}  # documentation: editing it must not invalidate the cache
 _MEMO_MAX = 500_000  # texts; ~0.75 GB of float32 at 384 dims, far above any run here
-_SQL_CHUNK = 500  # host parameters per IN (...) query, under SQLite's limit
 _IDENTITY_MEMO: dict[tuple[str, int], str] = {}
 # How vectors are computed, part of the identity: equal-length batches without padding, one torch thread.
 _SCHEME = "nopad-1t"
@@ -80,51 +79,6 @@ def text_key(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-class _VectorStore:
-    """SQLite table (model, key) -> float32 blob; safe for concurrent processes (WAL, busy timeout)."""
-
-    def __init__(self, path: Path, dim: int) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-        self.dim = dim
-        self._lock = threading.Lock()
-        self._conn = sqlite3.connect(str(path), timeout=60.0, check_same_thread=False)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.execute(
-            "CREATE TABLE IF NOT EXISTS vectors (model TEXT NOT NULL, key TEXT NOT NULL, dim INTEGER NOT NULL,"
-            " vec BLOB NOT NULL, PRIMARY KEY (model, key)) WITHOUT ROWID"
-        )
-        self._conn.commit()
-
-    def get_many(self, model: str, keys: Sequence[str]) -> dict[str, np.ndarray]:
-        out: dict[str, np.ndarray] = {}
-        with self._lock:
-            for i in range(0, len(keys), _SQL_CHUNK):
-                chunk = list(keys[i : i + _SQL_CHUNK])
-                marks = ",".join("?" * len(chunk))
-                rows = self._conn.execute(
-                    f"SELECT key, dim, vec FROM vectors WHERE model = ? AND key IN ({marks})", [model, *chunk]
-                ).fetchall()
-                for key, dim, blob in rows:
-                    if dim == self.dim and len(blob) == 4 * dim:
-                        out[key] = np.frombuffer(blob, dtype=np.float32)
-        return out
-
-    def put_many(self, model: str, items: Iterable[tuple[str, np.ndarray]]) -> None:
-        rows = [
-            (model, k, int(v.shape[0]), np.ascontiguousarray(v, dtype=np.float32).tobytes()) for k, v in items
-        ]
-        with self._lock, self._conn:
-            self._conn.executemany(
-                "INSERT OR IGNORE INTO vectors (model, key, dim, vec) VALUES (?, ?, ?, ?)", rows
-            )
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
-
-
 class Embedder:
     """Batched, L2-normalised float32 sentence embeddings from a local sentence-transformers model.
 
@@ -156,7 +110,7 @@ class Embedder:
         self._model: Any = None
         self._identity: str | None = None
         self._dim: int | None = None
-        self._store: _VectorStore | None = None
+        self._store: VectorStore | None = None
         self._memo: dict[str, np.ndarray] = {}
 
     # -- identity and lazy resources ---------------------------------------------------------------
@@ -185,9 +139,9 @@ class Embedder:
             self._model = SentenceTransformer(str(self.model_path), device=self.device)
         return self._model
 
-    def _disk(self) -> _VectorStore:
+    def _disk(self) -> VectorStore:
         if self._store is None:
-            self._store = _VectorStore(self.cache_dir / "embeddings.sqlite", self.dim)
+            self._store = VectorStore(self.cache_dir / "embeddings.sqlite", self.dim)
         return self._store
 
     # -- encoding ----------------------------------------------------------------------------------
@@ -232,7 +186,10 @@ class Embedder:
         import torch
 
         model = self._load()
-        lengths = model.tokenize(texts)["attention_mask"].sum(dim=1).tolist()  # the model's own truncation
+        prepare = (
+            getattr(model, "preprocess", None) or model.tokenize
+        )  # ``tokenize`` before sentence-transformers 6
+        lengths = prepare(texts)["attention_mask"].sum(dim=1).tolist()  # the model's own truncation
         buckets: dict[int, list[int]] = {}
         for i, n in enumerate(lengths):
             buckets.setdefault(int(n), []).append(i)

@@ -8,11 +8,13 @@ import json
 import os
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from allmem import rundir
@@ -120,3 +122,96 @@ def test_bank_cache_follows_the_umask_and_removes_orphans(built: Path, tmp_path:
     for path in (stored, stored / "bank"):
         assert path.stat().st_mode & 0o777 == 0o755, oct(path.stat().st_mode)  # mkdtemp made 0700
     assert json.loads((stored / "entry.json").read_text())["dialogue_id"] == "conv-2"
+
+
+# ------------------------------------------------------------------ 7. a damaged embedding cache (real MiniLM)
+
+
+def _naive(tmp: Path, cache: Path, root: str):
+    return allmem_run(tmp, "method=naive_rag", f"dataset.path={TINY}", f"run.root={tmp / root}", hashed=False,
+                      cache=cache)  # fmt: skip
+
+
+def _answers(run_dir: Path) -> list[dict]:
+    """Each question's record less what may differ between equal runs (latencies, cache flags, attempt)."""
+    drop = ("latency_ms", "answer", "attempt")
+    return [
+        {k: v for k, v in r.items() if k not in drop} for r in rundir.read_jsonl(run_dir / rundir.PREDICTIONS)
+    ]
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
+    """A cache folder whose embedding cache holds every tiny turn and question, and the answers it gave."""
+    tmp = tmp_path_factory.mktemp("embedded")
+    res = _naive(tmp, tmp / "cache", "runs")
+    assert res.rc == 0, res.err[-2000:]
+    db = tmp / "cache" / "embeddings" / "embeddings.sqlite"
+    with sqlite3.connect(db) as conn:  # everything into the main file, so damage to it is damage to the data
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return tmp / "cache", _answers(done_dir(res))
+
+
+def _vectors(db: Path) -> list[np.ndarray]:
+    with sqlite3.connect(db) as conn:
+        return [np.frombuffer(blob, dtype=np.float32) for (blob,) in conn.execute("SELECT vec FROM vectors")]
+
+
+def _garbage(db: Path) -> None:
+    db.write_bytes(b"not a database, just bytes\n" * 300)
+
+
+def _truncated(db: Path) -> None:
+    _tear(db)
+
+
+def _other_layout(db: Path) -> None:
+    db.unlink()
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE vectors (text TEXT, embedding BLOB)")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", [_garbage, _truncated, _other_layout], ids=lambda f: f.__name__.strip("_"))
+def test_damaged_embedding_cache_is_set_aside_and_rebuilt(embedded, tmp_path: Path, damage) -> None:
+    built, answers = embedded
+    cache = tmp_path / "cache"
+    shutil.copytree(built, cache)
+    db = cache / "embeddings" / "embeddings.sqlite"
+    damage(db)
+    res = _naive(tmp_path, cache, "runs")
+    assert res.rc == 0 and "Traceback" not in res.err, res.err[-3000:]  # was: sqlite3.DatabaseError, no path
+    warned = [line for line in res.err.splitlines() if "WARNING" in line and "embedding cache" in line]
+    assert len(warned) == 1 and f"embedding cache {db}:" in warned[0] and "moved it aside" in warned[0], (
+        res.err
+    )
+    aside = [
+        p for p in db.parent.glob("embeddings.sqlite.corrupt-*") if not p.name.endswith(("-wal", "-shm"))
+    ]
+    assert len(aside) == 1  # with its WAL side files, if any
+    assert _answers(done_dir(res)) == answers
+    assert all(np.isfinite(v).all() for v in _vectors(db))  # the new file is a whole cache
+
+
+@pytest.mark.slow
+def test_nan_and_non_unit_vectors_in_the_embedding_cache_are_computed_again(embedded, tmp_path: Path) -> None:
+    built, answers = embedded
+    cache = tmp_path / "cache"
+    shutil.copytree(built, cache)
+    db = cache / "embeddings" / "embeddings.sqlite"
+    with sqlite3.connect(db) as conn:  # every other vector NaN, the rest scaled: both were used silently
+        rows = conn.execute("SELECT model, key, vec FROM vectors").fetchall()
+        for i, (model, key, blob) in enumerate(rows):
+            vec = np.frombuffer(blob, dtype=np.float32)
+            bad = np.full_like(vec, np.nan) if i % 2 else vec * np.float32(3.0)
+            conn.execute(
+                "UPDATE vectors SET vec = ? WHERE model = ? AND key = ?", (bad.tobytes(), model, key)
+            )
+    res = _naive(tmp_path, cache, "runs")
+    assert res.rc == 0, res.err[-3000:]
+    warned = [line for line in res.err.splitlines() if "WARNING" in line and "embedding cache" in line]
+    assert len(warned) == 1 and str(db) in warned[0] and "computing them again" in warned[0], res.err
+    assert _answers(done_dir(res)) == answers
+    vecs = _vectors(db)
+    assert len(vecs) == len(rows)  # repaired in place
+    assert all(np.isfinite(v).all() and abs(float(np.linalg.norm(v)) - 1) < 1e-5 for v in vecs)

@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import shutil
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -157,7 +158,7 @@ class BankCache:
 
     @staticmethod
     def _set_aside(path: Path, exc: BaseException) -> None:
-        aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+        aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}")
         try:
             os.replace(path, aside)
             where = f"moved the entry aside to {aside}"
