@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from allmem import rundir
-from tests.faultkit import FIXTURES, allmem_run, done_dir
+from tests.faultkit import FIXTURES, allmem_run, done_dir, env
 
 TINY = FIXTURES / "locomo_tiny.json"
 
@@ -215,3 +215,95 @@ def test_nan_and_non_unit_vectors_in_the_embedding_cache_are_computed_again(embe
     vecs = _vectors(db)
     assert len(vecs) == len(rows)  # repaired in place
     assert all(np.isfinite(v).all() and abs(float(np.linalg.norm(v)) - 1) < 1e-5 for v in vecs)
+
+
+# ------------------------------------------------------------------ 7. tiktoken seed files
+
+
+@pytest.mark.parametrize("damage", ["truncated", "folder"])
+def test_damaged_tiktoken_seed_file_is_written_again(tmp_path: Path, damage: str) -> None:
+    from allmem.tokens import seed_tiktoken_cache
+
+    folder = seed_tiktoken_cache(tmp_path / "tiktoken")
+    (seed,) = [p for p in folder.iterdir() if p.is_file()]
+    whole = seed.read_bytes()
+    if damage == "truncated":
+        seed.write_bytes(whole[:1000])
+    else:  # was: IsADirectoryError from every run
+        seed.unlink()
+        seed.mkdir()
+    res = allmem_run(tmp_path, "method=bm25", f"dataset.path={TINY}",
+                     environ=env(TIKTOKEN_CACHE_DIR=str(folder)))  # fmt: skip
+    assert res.rc == 0 and "Traceback" not in res.err, res.err[-2000:]
+    assert any("WARNING" in line and str(seed) in line for line in res.err.splitlines()), res.err
+    assert seed.read_bytes() == whole
+
+
+# ------------------------------------------------------------------ 7. item-score and point-hash caches (reports)
+
+
+def _items_cache(run_dir: Path) -> Path:
+    import hashlib
+
+    from allmem.paths import cache_dir
+
+    digest = hashlib.sha256((run_dir / rundir.PREDICTIONS).read_bytes()).hexdigest()[:24]
+    (path,) = (cache_dir() / "report" / "items").glob(f"{digest}-*.parquet")
+    return path
+
+
+@pytest.mark.parametrize("damage", ["garbage", "other_frame", "folder"])
+def test_damaged_item_score_cache_is_rescored(tmp_path, monkeypatch, caplog, damage: str) -> None:
+    import pandas as pd
+
+    from allmem.report import items
+    from allmem.report.runs import find_runs
+    from tests.report_fixture import write_run
+
+    monkeypatch.setenv("ALLMEM_CACHE", str(tmp_path / "cache"))
+    write_run(
+        tmp_path / "runs", ["+experiment=table1", "dataset=locomo", "method=bm25"], lambda i: i % 3 == 0
+    )
+    run = find_runs(tmp_path / "runs")[0]
+    truth = items.item_frame(run, use_cache=False)
+    items.item_frame(run)  # fills the cache
+    cached = _items_cache(run.path)
+    if damage == "garbage":
+        cached.write_bytes(b"PAR1" + b"\x00" * 64 + b"PAR1")
+    elif damage == "other_frame":  # a whole Parquet file, but not this run's scores: was used silently
+        truth.head(3).to_parquet(cached, index=False)
+    else:  # a folder in the file's place: was read as an empty dataset, or crashed the write
+        cached.unlink()
+        cached.mkdir()
+    with caplog.at_level("WARNING", logger="allmem.report"):
+        got = items.item_frame(run)
+    pd.testing.assert_frame_equal(got, truth)
+    assert any(str(cached) in r.getMessage() and "rescoring" in r.getMessage() for r in caplog.records)
+    assert cached.is_file()
+    pd.testing.assert_frame_equal(items.item_frame(run), truth)  # the rewritten cache is whole
+
+
+@pytest.mark.parametrize("damage", ["not_a_mapping", "entry_without_path"])
+def test_damaged_point_hash_cache_is_composed_again(tmp_path, monkeypatch, damage: str) -> None:
+    import pandas as pd
+
+    from allmem.paths import cache_dir
+    from allmem.report.paper import summarise
+    from tests.report_fixture import write_run
+
+    monkeypatch.setenv("ALLMEM_CACHE", str(tmp_path / "cache"))
+    root = tmp_path / "runs"
+    write_run(root, ["+experiment=table1", "dataset=locomo", "method=bm25"], lambda i: i < 2)
+    summarise(["table1"], root, tmp_path / "first")
+    path = cache_dir() / "report" / "point_hashes.json"
+    data = json.loads(path.read_text())
+    if damage == "not_a_mapping":  # was: AttributeError: 'list' object has no attribute 'get'
+        path.write_text(json.dumps(list(data.values())))
+    else:  # was: KeyError: 'path'
+        path.write_text(
+            json.dumps({k: {kk: vv for kk, vv in e.items() if kk != "path"} for k, e in data.items()})
+        )
+    summarise(["table1"], root, tmp_path / "second")
+    first, second = (pd.read_csv(tmp_path / d / "tables" / "table1.csv") for d in ("first", "second"))
+    pd.testing.assert_frame_equal(first, second)
+    assert json.loads(path.read_text()) == data  # rebuilt as it was
