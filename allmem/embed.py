@@ -186,10 +186,9 @@ class Embedder:
         import torch
 
         model = self._load()
-        prepare = (
-            getattr(model, "preprocess", None) or model.tokenize
-        )  # ``tokenize`` before sentence-transformers 6
-        lengths = prepare(texts)["attention_mask"].sum(dim=1).tolist()  # the model's own truncation
+        # the model's own tokenisation and truncation (``tokenize`` before sentence-transformers 6)
+        prepare = getattr(model, "preprocess", None) or model.tokenize
+        lengths = prepare(texts)["attention_mask"].sum(dim=1).tolist()
         buckets: dict[int, list[int]] = {}
         for i, n in enumerate(lengths):
             buckets.setdefault(int(n), []).append(i)
