@@ -6,27 +6,36 @@ Why a cache keyed on the model's bytes: the same 6k LoCoMo turns are embedded by
 keying only on a model name would silently serve stale vectors after a model change (an anti-pattern seen in this
 field), so the key is (model name + sha256 of the model's weight/config files, sha256 of the text).
 
-Storage is one SQLite file with float32 blobs: WAL mode lets two processes read and write at once, lookups for a
-batch are one indexed query, and nothing is pickled. An in-memory memo sits in front of it.
+Storage is one SQLite file with float32 blobs (``allmem.embed_store``: every vector read is checked, and a damaged
+file is set aside and rebuilt). An in-memory memo sits in front of it.
+
+Why a text's vector depends on the text alone (issue 17, item 11): a cache keeps the vector of whichever run embedded
+a text first, so any dependence on the batch would make results depend on the job schedule and the cache state.
+Measured on this CPU (500 LoCoMo turns, torch 2.13): a text padded to a longer batch partner's length gets another
+vector (up to 1.6e-7 apart; 465 of 500 rows differ at batch size 64), and two torch threads change about 1 row in 30.
+Texts of equal token length in one forward pass have no padding, and gave bitwise the vector of the text alone for
+every batch size tried (8 to 128, one text repeated 64 times). So the model sees only batches of equal-length texts,
+always on one torch thread: ``_SCHEME`` names this in the identity, so vectors computed otherwise are never mixed in.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
-import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from allmem.embed_store import VectorStore
+
 PACKAGED_NAME = "all-MiniLM-L6-v2"
 _SKIP_FILES = {"README.md", ".gitattributes"}  # documentation: editing it must not invalidate the cache
 _MEMO_MAX = 500_000  # texts; ~0.75 GB of float32 at 384 dims, far above any run here
-_SQL_CHUNK = 500  # host parameters per IN (...) query, under SQLite's limit
 _IDENTITY_MEMO: dict[tuple[str, int], str] = {}
+# How vectors are computed, part of the identity: equal-length batches without padding, one torch thread.
+_SCHEME = "nopad-1t"
 
 
 def _default_cache_root() -> Path:
@@ -70,53 +79,11 @@ def text_key(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-class _VectorStore:
-    """SQLite table (model, key) -> float32 blob; safe for concurrent processes (WAL, busy timeout)."""
-
-    def __init__(self, path: Path, dim: int) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-        self.dim = dim
-        self._lock = threading.Lock()
-        self._conn = sqlite3.connect(str(path), timeout=60.0, check_same_thread=False)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.execute(
-            "CREATE TABLE IF NOT EXISTS vectors (model TEXT NOT NULL, key TEXT NOT NULL, dim INTEGER NOT NULL,"
-            " vec BLOB NOT NULL, PRIMARY KEY (model, key)) WITHOUT ROWID"
-        )
-        self._conn.commit()
-
-    def get_many(self, model: str, keys: Sequence[str]) -> dict[str, np.ndarray]:
-        out: dict[str, np.ndarray] = {}
-        with self._lock:
-            for i in range(0, len(keys), _SQL_CHUNK):
-                chunk = list(keys[i : i + _SQL_CHUNK])
-                marks = ",".join("?" * len(chunk))
-                rows = self._conn.execute(
-                    f"SELECT key, dim, vec FROM vectors WHERE model = ? AND key IN ({marks})", [model, *chunk]
-                ).fetchall()
-                for key, dim, blob in rows:
-                    if dim == self.dim and len(blob) == 4 * dim:
-                        out[key] = np.frombuffer(blob, dtype=np.float32)
-        return out
-
-    def put_many(self, model: str, items: Iterable[tuple[str, np.ndarray]]) -> None:
-        rows = [
-            (model, k, int(v.shape[0]), np.ascontiguousarray(v, dtype=np.float32).tobytes()) for k, v in items
-        ]
-        with self._lock, self._conn:
-            self._conn.executemany(
-                "INSERT OR IGNORE INTO vectors (model, key, dim, vec) VALUES (?, ?, ?, ?)", rows
-            )
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
-
-
 class Embedder:
     """Batched, L2-normalised float32 sentence embeddings from a local sentence-transformers model.
+
+    A text's vector is bitwise the same whatever else is encoded with it (see the module docstring): texts are
+    grouped by token length, at most ``batch_size`` per forward pass, on one torch thread.
 
     The model loads lazily on the first text that misses the cache, so a fully cached rerun never loads it.
     ``hits`` counts texts served from the memo or the disk cache, ``misses`` texts the model encoded.
@@ -126,9 +93,8 @@ class Embedder:
         self,
         model_path: str | Path | None = None,
         cache_dir: str | Path | None = None,
-        batch_size: int = 8,
+        batch_size: int = 32,
         device: str = "cpu",
-        num_threads: int | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"Embedder: batch_size must be >= 1, got {batch_size}")
@@ -139,21 +105,20 @@ class Embedder:
         self.cache_dir = Path(cache_dir) if cache_dir is not None else _default_cache_root() / "embeddings"
         self.batch_size = batch_size
         self.device = device
-        self.num_threads = num_threads
         self.hits = 0
         self.misses = 0
         self._model: Any = None
         self._identity: str | None = None
         self._dim: int | None = None
-        self._store: _VectorStore | None = None
+        self._store: VectorStore | None = None
         self._memo: dict[str, np.ndarray] = {}
 
     # -- identity and lazy resources ---------------------------------------------------------------
     @property
     def identity(self) -> str:
-        """``name@sha256-prefix`` of the model files: the model half of every cache key."""
+        """``name@sha256-prefix/scheme`` (model files, how vectors are computed): the model half of every cache key."""
         if self._identity is None:
-            self._identity = f"{self.name}@{model_fingerprint(self.model_path)[:16]}"
+            self._identity = f"{self.name}@{model_fingerprint(self.model_path)[:16]}/{_SCHEME}"
         return self._identity
 
     @property
@@ -169,17 +134,14 @@ class Embedder:
 
     def _load(self) -> Any:
         if self._model is None:
-            import torch
             from sentence_transformers import SentenceTransformer
 
-            if self.num_threads is not None:
-                torch.set_num_threads(self.num_threads)
             self._model = SentenceTransformer(str(self.model_path), device=self.device)
         return self._model
 
-    def _disk(self) -> _VectorStore:
+    def _disk(self) -> VectorStore:
         if self._store is None:
-            self._store = _VectorStore(self.cache_dir / "embeddings.sqlite", self.dim)
+            self._store = VectorStore(self.cache_dir / "embeddings.sqlite", self.dim)
         return self._store
 
     # -- encoding ----------------------------------------------------------------------------------
@@ -220,19 +182,41 @@ class Embedder:
         return self.encode([text])[0]
 
     def _encode_model(self, texts: list[str]) -> np.ndarray:
-        vecs = self._load().encode(
-            texts,
-            batch_size=self.batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
-        vecs = np.asarray(vecs, dtype=np.float32)
-        if vecs.shape != (len(texts), self.dim):
-            raise RuntimeError(
-                f"{self.model_path}: model returned shape {vecs.shape}, expected (n, {self.dim})"
-            )
-        return vecs
+        """Vectors of ``texts``, each computed in a forward pass of texts of its own token length (no padding)."""
+        import torch
+
+        model = self._load()
+        # the model's own tokenisation and truncation (``tokenize`` before sentence-transformers 6)
+        prepare = getattr(model, "preprocess", None) or model.tokenize
+        lengths = prepare(texts)["attention_mask"].sum(dim=1).tolist()
+        buckets: dict[int, list[int]] = {}
+        for i, n in enumerate(lengths):
+            buckets.setdefault(int(n), []).append(i)
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        threads = torch.get_num_threads()
+        if threads != 1:
+            torch.set_num_threads(1)
+        try:
+            for rows in buckets.values():
+                for start in range(0, len(rows), self.batch_size):
+                    part = rows[start : start + self.batch_size]
+                    vecs = model.encode(
+                        [texts[i] for i in part],
+                        batch_size=len(part),
+                        normalize_embeddings=True,
+                        convert_to_numpy=True,
+                        show_progress_bar=False,
+                    )
+                    vecs = np.asarray(vecs, dtype=np.float32)
+                    if vecs.shape != (len(part), self.dim):
+                        raise RuntimeError(
+                            f"{self.model_path}: model returned shape {vecs.shape}, expected (n, {self.dim})"
+                        )
+                    out[part] = vecs
+        finally:
+            if threads != 1:
+                torch.set_num_threads(threads)
+        return out
 
     def _remember(self, items: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Put vectors in the memo (bounded: cleared when full) and return them as stored."""

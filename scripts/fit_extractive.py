@@ -81,7 +81,7 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=2048)
     args = ap.parse_args()
 
-    emb = Embedder(num_threads=1)
+    emb = Embedder()
     gen = ExtractiveGenerator(embedder=emb)
     items, yes_no, when = [], [], []
     fit_ids = fit_split("locomo")

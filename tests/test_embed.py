@@ -28,8 +28,8 @@ def test_shape_dtype_norm(embedder: Embedder) -> None:
 @pytest.mark.slow
 def test_semantics_and_determinism(tmp_path) -> None:
     # two independent embedders with separate caches must compute the same vectors
-    a = Embedder(cache_dir=tmp_path / "a", num_threads=1)
-    b = Embedder(cache_dir=tmp_path / "b", num_threads=1)
+    a = Embedder(cache_dir=tmp_path / "a")
+    b = Embedder(cache_dir=tmp_path / "b")
     va, vb = a.encode(TEXTS), b.encode(list(reversed(TEXTS)))[::-1]
     np.testing.assert_allclose(va, vb, atol=1e-5)
     q = a.encode_one("Did Caroline attend a support group?")
@@ -39,14 +39,14 @@ def test_semantics_and_determinism(tmp_path) -> None:
 
 @pytest.mark.slow
 def test_cache_hit_on_rerun(tmp_path) -> None:
-    first = Embedder(cache_dir=tmp_path, num_threads=1)
+    first = Embedder(cache_dir=tmp_path)
     v1 = first.encode(TEXTS + [TEXTS[0]])  # duplicate inside one batch is encoded once
     assert (first.misses, first.hits) == (3, 1)
     first.encode(TEXTS)  # memo
     assert (first.misses, first.hits) == (3, 4)
     first.close()
 
-    second = Embedder(cache_dir=tmp_path, num_threads=1)
+    second = Embedder(cache_dir=tmp_path)
     v2 = second.encode(TEXTS)
     assert (second.misses, second.hits) == (0, 3)
     assert second._model is None  # a fully cached rerun never loads the model
@@ -61,7 +61,7 @@ def test_keys_differ_by_text_and_model(tmp_path) -> None:
     assert len(text_key("x")) == 64
     emb = Embedder(cache_dir=tmp_path)
     fp = model_fingerprint(emb.model_path)
-    assert emb.identity == f"all-MiniLM-L6-v2@{fp[:16]}"
+    assert emb.identity == f"all-MiniLM-L6-v2@{fp[:16]}/nopad-1t"
     # a copy of the model folder with one config byte changed gets a different identity
     import shutil
 

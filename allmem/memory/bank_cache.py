@@ -15,20 +15,33 @@ the identical stream under the identical ingestion settings and code.
 
 A reused run reports the stats and ATC events of the run that built the bank, marked ``bank_cache.hit``, with
 that run's ingestion wall time; its own write timings would be meaningless (nothing was written).
+
+A damaged entry (a truncated file from a full disk or a killed copy, a garbled line) is found before the stream is
+matched, since the whole entry is read then: a warning names the file, the entry is moved aside to
+``<dialogue>.corrupt-<time>`` (kept for a look, never read again) and the dialogue is ingested again. The cache is
+only an accelerator, so damage costs time, never a run. Temporary folders left by killed writers are removed by
+the next store beside them (``allmem.memory.persist.remove_stale``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
+import secrets
 import shutil
-import tempfile
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
+
+from allmem.memory.persist import load_bank, remove_stale, temp_dir
+from allmem.memory.units import BankError
+
+log = logging.getLogger(__name__)
 
 FORMAT = 1
 ENTRY = "entry.json"
@@ -109,22 +122,56 @@ class BankCache:
         return self.root / self.key / _safe(dialogue_id)
 
     def expect(self, dialogue_id: str) -> Expectation | None:
-        """The cached stream of this dialogue, when a complete entry exists (a torn entry is ignored)."""
+        """The cached stream of this dialogue, when a complete, readable entry exists.
+
+        The whole entry (events and bank) is read here, so damage is found before any event is held back; a
+        damaged entry is moved aside with a warning naming the file, and the dialogue is ingested again.
+        """
         path = self.folder(dialogue_id)
+        if not (path / ENTRY).is_file():
+            return None
         try:
-            entry = json.loads((path / ENTRY).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            entry, _ = self.read(path)
+            if entry.get("format") != FORMAT or entry.get("dialogue_id") != dialogue_id:
+                return None  # another format, or another dialogue with the same safe name: not damage
+            load_bank(path / BANK)
+            stream = entry.get("stream")
+            if not isinstance(stream, list) or not all(isinstance(d, str) for d in stream):
+                raise BankError(f"{path / ENTRY}: field 'stream' is not a list of digests")
+        except (OSError, ValueError) as exc:  # BankError and JSON errors are ValueErrors
+            self._set_aside(path, exc)
             return None
-        if entry.get("format") != FORMAT or entry.get("dialogue_id") != dialogue_id:
-            return None
-        return Expectation(path, list(entry.get("stream", [])))
+        return Expectation(path, list(stream))
+
+    @staticmethod
+    def _set_aside(path: Path, exc: BaseException) -> None:
+        aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}")
+        try:
+            os.replace(path, aside)
+            where = f"moved the entry aside to {aside}"
+        except OSError as move:  # another process moved it first, or the folder is read-only
+            where = f"could not move the entry aside ({move.strerror})"
+        log.warning("bank cache: %s; %s; ingesting this dialogue again", exc, where)
 
     @staticmethod
     def read(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        entry = json.loads((path / ENTRY).read_text(encoding="utf-8"))
+        """The entry and its ATC events; a damaged file raises ``BankError`` naming it (and the line)."""
+        try:
+            entry = json.loads((path / ENTRY).read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise BankError(f"{path / ENTRY}: not valid JSON ({exc})") from None
+        if not isinstance(entry, dict):
+            raise BankError(f"{path / ENTRY}: not a JSON object")
         events = []
         if (path / EVENTS).exists():
-            events = [json.loads(x) for x in (path / EVENTS).read_text(encoding="utf-8").splitlines() if x]
+            lines = (path / EVENTS).read_text(encoding="utf-8").splitlines()
+            for n, line in enumerate(lines, 1):
+                if not line:
+                    continue
+                try:
+                    events.append(json.loads(line))
+                except ValueError as exc:
+                    raise BankError(f"{path / EVENTS}: line {n}: not valid JSON ({exc})") from None
         return entry, events
 
     def store(
@@ -137,10 +184,12 @@ class BankCache:
         ingest_s: float,
         calls: Mapping[str, Any] | None = None,
     ) -> Path:
-        """Write an entry atomically (temporary folder, then rename); a concurrent writer of the same key wins."""
+        """Write an entry atomically (temporary folder, then rename); a concurrent writer of the same key wins.
+        Orphaned temporary folders beside it (their writer dead, or hours old) are removed first."""
         final = self.folder(dialogue_id)
         final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp"))
+        remove_stale(final.parent)
+        tmp = temp_dir(final.parent, final.name)  # follows the umask, unlike mkdtemp (0700)
         try:
             save_bank(tmp / BANK)
             with open(tmp / EVENTS, "w", encoding="utf-8") as fh:

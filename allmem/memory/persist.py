@@ -5,14 +5,21 @@ Why this layout: every file is readable with standard tools, nothing executes co
 evidence record is refused with the file and unit named. A save is atomic: everything is written into a
 temporary sibling folder (``meta.json`` last), which then replaces the target by rename, so a reader sees the
 old bank or the new one, never half of one.
+
+Temporary folders follow the umask (``tempfile.mkdtemp`` would make them 0700, and the rename keeps that mode, so a
+teammate sharing the cache could not read the banks) and carry their writer's host and pid in the name, so one
+left by a killed process is recognised and removed by the next save beside it (``remove_stale``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import secrets
 import shutil
-import tempfile
+import socket
+import time
 from collections.abc import Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
@@ -25,6 +32,62 @@ from allmem.memory.bank import BankError, EvidenceRecord, Link, MemoryBank, Unit
 FORMAT = "allmem-bank"
 VERSION = 1
 UNITS, LINKS, EMBEDDINGS, META = "units.jsonl", "links.jsonl", "embeddings.npy", "meta.json"
+STALE_AFTER_S = 6 * 3600  # a temporary folder this old is an orphan whoever made it (a save takes seconds)
+_TEMP_NAME = re.compile(r"^\..+\.(?P<host>[A-Za-z0-9-]*)\.(?P<pid>\d+)\.[0-9a-f]{8}\.(?:tmp|old)$")
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname().split(".")[0])
+
+
+def temp_dir(parent: Path, name: str, kind: str = "tmp") -> Path:
+    """A new hidden folder beside ``parent / name``, mode from the umask, named after this host and process."""
+    path = parent / f".{name}.{_host()}.{os.getpid()}.{secrets.token_hex(4)}.{kind}"
+    os.mkdir(path, 0o777)
+    return path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def remove_stale(parent: Path, now: float | None = None) -> list[Path]:
+    """Remove the temporary folders under ``parent`` that no live writer owns; returns them.
+
+    Only hidden folders named like ``temp_dir``'s (or older ``*.tmp`` ones) are considered, never a symlink: one
+    is removed when its writer was on this host and is dead, or when it is older than ``STALE_AFTER_S`` (a writer
+    on another host sharing the folder cannot be asked, and a reused pid only delays removal).
+    """
+    now = time.time() if now is None else now
+    removed: list[Path] = []
+    try:
+        entries = list(parent.iterdir())
+    except OSError:
+        return removed
+    host = _host()
+    for entry in entries:
+        if not (entry.name.startswith(".") and entry.name.endswith((".tmp", ".old"))):
+            continue
+        try:
+            st = entry.lstat()
+        except OSError:
+            continue
+        if not entry.is_dir() or entry.is_symlink():
+            continue
+        m = _TEMP_NAME.match(entry.name)
+        dead = (
+            m is not None and m["host"] == host and int(m["pid"]) != os.getpid() and not _alive(int(m["pid"]))
+        )
+        if dead or now - st.st_mtime > STALE_AFTER_S:
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
 
 
 def _write_text(path: Path, lines: Iterator[str]) -> None:
@@ -56,7 +119,8 @@ def save_bank(bank: MemoryBank, path: str | Path, extra: Mapping[str, Any] | Non
     """Write ``bank`` to the folder ``path`` atomically; ``extra`` (JSON) rides along in meta.json."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    remove_stale(path.parent)
+    tmp = temp_dir(path.parent, path.name)
     try:
         _write_text(tmp / UNITS, (_unit_json(u) for u in bank.units()))
         _write_text(
@@ -80,7 +144,7 @@ def save_bank(bank: MemoryBank, path: str | Path, extra: Mapping[str, Any] | Non
         _write_text(tmp / META, iter([json.dumps(meta, indent=1, ensure_ascii=False)]))
         old = None
         if path.exists():
-            old = path.parent / f".{path.name}.old-{os.getpid()}"
+            old = path.parent / f".{path.name}.{_host()}.{os.getpid()}.{secrets.token_hex(4)}.old"
             os.replace(path, old)
         os.replace(tmp, path)
         if old is not None:
@@ -95,51 +159,83 @@ def read_meta(path: str | Path) -> dict[str, Any]:
     file = Path(path) / META
     if not file.is_file():
         raise FileNotFoundError(f"{file}: no saved bank here (meta.json is missing)")
-    meta = json.loads(file.read_text(encoding="utf-8"))
+    try:
+        meta = json.loads(file.read_text(encoding="utf-8"))
+    except ValueError as exc:  # torn or not JSON (UnicodeDecodeError is a ValueError too)
+        raise BankError(f"{file}: not valid JSON ({exc})") from None
+    if not isinstance(meta, dict):
+        raise BankError(f"{file}: not a JSON object")
     if meta.get("format") != FORMAT or meta.get("version") != VERSION:
         raise BankError(f"{file}: field 'format'/'version' is {meta.get('format')!r}/{meta.get('version')!r}")
     return meta
 
 
+def _lines(file: Path) -> Iterator[tuple[int, Any]]:
+    """``(line number, parsed JSON)`` of a JSON-lines file; a torn or garbled line raises naming file and line."""
+    with open(file, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            try:
+                yield n, json.loads(line)
+            except ValueError as exc:
+                raise BankError(f"{file}: line {n}: not valid JSON ({exc})") from None
+
+
 def load_bank(path: str | Path) -> tuple[MemoryBank, dict[str, Any]]:
-    """Read a saved bank; returns it with the ``extra`` dict. Evidence hashes are verified."""
+    """Read a saved bank; returns it with the ``extra`` dict. Evidence hashes are verified.
+
+    Any damage (a truncated file, a garbled line, a missing field, a non-finite embedding) raises ``BankError``
+    naming the file (and line), so a caller can tell a corrupt bank from a bug and say which file to remove.
+    """
     path = Path(path)
     meta = read_meta(path)
-    matrix = np.load(path / EMBEDDINGS, allow_pickle=False)
+    try:
+        return _load(path, meta)
+    except BankError:
+        raise
+    except (KeyError, TypeError, ValueError) as exc:  # a field missing or of the wrong type
+        raise BankError(f"{path}: saved bank is damaged ({type(exc).__name__}: {exc})") from None
+
+
+def _load(path: Path, meta: dict[str, Any]) -> tuple[MemoryBank, dict[str, Any]]:
+    try:
+        matrix = np.load(path / EMBEDDINGS, allow_pickle=False)
+    except (
+        ValueError,
+        EOFError,
+    ) as exc:  # numpy: "Failed to read all data ... (file seems not fully written?)"
+        raise BankError(f"{path / EMBEDDINGS}: not a complete .npy file ({exc})") from None
     if matrix.dtype != np.float32 or matrix.shape != (meta["n_units"], meta["dim"]):
         raise BankError(
             f"{path / EMBEDDINGS}: shape {matrix.shape} {matrix.dtype}, meta says {meta['n_units']}"
         )
+    if not np.isfinite(matrix).all():
+        raise BankError(f"{path / EMBEDDINGS}: holds NaN or infinite values")
     units = []
-    with open(path / UNITS, encoding="utf-8") as fh:
-        for i, line in enumerate(fh):
-            d = json.loads(line)
-            records = tuple(EvidenceRecord.from_dict(r) for r in d["evidence"])
-            if evidence_hash(records) != d["evidence_hash"]:
-                raise BankError(
-                    f"{path / UNITS}: unit {d['id']}: field 'evidence' does not match its evidence_hash"
-                )
-            ts = datetime.fromisoformat(d["timestamp"])
-            units.append(
-                Unit(
-                    d["id"],
-                    i,
-                    records,
-                    d["evidence_hash"],
-                    d["summary"],
-                    tuple(d["keywords"]),
-                    ts,
-                    d["order"],
-                    False,
-                )
+    for n, d in _lines(path / UNITS):
+        records = tuple(EvidenceRecord.from_dict(r) for r in d["evidence"])
+        if evidence_hash(records) != d["evidence_hash"]:
+            raise BankError(
+                f"{path / UNITS}: unit {d['id']}: field 'evidence' does not match its evidence_hash"
             )
+        ts = datetime.fromisoformat(d["timestamp"])
+        units.append(
+            Unit(
+                d["id"],
+                n - 1,
+                records,
+                d["evidence_hash"],
+                d["summary"],
+                tuple(d["keywords"]),
+                ts,
+                d["order"],
+                False,
+            )
+        )
     if len(units) != meta["n_units"]:
         raise BankError(f"{path / UNITS}: {len(units)} units, meta.json says {meta['n_units']}")
     links = []
-    with open(path / LINKS, encoding="utf-8") as fh:
-        for line in fh:
-            t, src, dst, w, seq = json.loads(line)
-            links.append(Link(t, src, dst, float(w), int(seq)))
+    for _, (t, src, dst, w, seq) in _lines(path / LINKS):
+        links.append(Link(t, src, dst, float(w), int(seq)))
     bank = MemoryBank(dim=meta["dim"], d_sigma=meta["d_sigma"])
     bank._restore(units, matrix, meta["visible_order"], links, meta["link_seq"])
     return bank, meta.get("extra", {})

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from allmem.memory.bank import MemoryBank
+from allmem.memory.fusion import top_positions
 from allmem.threads import single_thread_blas
 
 SURFACES = ("visible", "full")
@@ -125,7 +126,7 @@ class SurfaceIndex:
             pos, scores = pos2[0][keep].astype(np.int64), scores2[0][keep]
             if self._built_kind == "pq":  # refine: exact cosines of the candidates, the best k kept
                 scores = self._matrix()[pos] @ q
-                best = np.argpartition(-scores, k - 1)[:k] if k < len(pos) else np.arange(len(pos))
+                best = top_positions(scores, k, ordered=False)  # ties at the cut: the first position
                 pos, scores = pos[best], scores[best]
         rows = self.rows_at(pos)
         order = np.lexsort((rows, -scores))
@@ -220,13 +221,11 @@ class SurfaceIndex:
 
 
 def _numpy_topk(mat: np.ndarray, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact top-k by a mat-vec and argpartition (no full sort)."""
+    """Exact top-k by a mat-vec and a partial sort; a tie at the cut keeps the first surface position (a bare
+    argpartition keeps an arbitrary one of the tied)."""
     with single_thread_blas():
         scores = mat @ q
-    if k < len(scores):
-        pos = np.argpartition(-scores, k - 1)[:k]
-    else:
-        pos = np.arange(len(scores))
+    pos = top_positions(scores, k, ordered=False)
     return pos.astype(np.int64), scores[pos]
 
 

@@ -4,12 +4,16 @@ Scores come from ``allmem.metrics.item_scores`` under the run's own protocol, so
 numbers of the run's ``metrics.json`` (a test checks it). Scoring 2,000 answers (ROUGE with stemming, BLEU)
 takes seconds, and a paper report reads dozens of runs, so the frame is cached on disk, keyed by the content of
 ``predictions.jsonl``, the protocol and the source of ``allmem/metrics``: a changed file or scorer is rescored.
+A cached frame is used only when it reads back whole (Parquet page checksums) with the expected columns, one row
+per answer and scores in [0, 1]; anything else is rescored with a warning naming the file, and replaced.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import shutil
 from functools import lru_cache
 from pathlib import Path
 
@@ -70,19 +74,36 @@ def item_frame(run: Run, use_cache: bool = True) -> pd.DataFrame:
     proto = run.protocol
     key = f"{digest}-{proto.name}-{'_'.join(map(str, proto.ks))}-{_metrics_fingerprint()}"
     cached = cache_dir() / "report" / "items" / f"{key}.parquet"
-    if cached.exists():
+    n_lines = sum(1 for line in data.splitlines() if line.strip())
+    if os.path.lexists(cached):
         try:
-            return pd.read_parquet(cached)
-        except (OSError, ValueError) as exc:  # a torn cache file is rescored, never trusted
+            frame = pd.read_parquet(cached, page_checksum_verification=True)
+            _check(frame, proto.metric_names(), n_lines)
+            return frame
+        except (OSError, ValueError) as exc:  # torn, garbled or not this run's frame: rescored, never trusted
             log.warning("%s: unreadable cache (%s); rescoring", cached, exc)
+            if cached.is_dir() and not cached.is_symlink():
+                shutil.rmtree(cached, ignore_errors=True)  # a rename cannot replace a folder
     frame = _score(run)
-    if len(frame) != sum(1 for line in data.splitlines() if line.strip()):
+    if len(frame) != n_lines:
         # The records scored are not the bytes hashed (the file changed between the reads: a run directory
         # replaced while a report read it): the frame is used once but never cached under that digest.
         log.warning("%s changed while it was read; its scores are not cached", path)
         return frame
     cached.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cached.with_suffix(f".tmp{id(frame)}")
-    frame.to_parquet(tmp, index=False)
+    tmp = cached.with_suffix(f".tmp{os.getpid()}-{id(frame)}")
+    frame.to_parquet(tmp, index=False, write_page_checksum=True)
     tmp.replace(cached)
     return frame
+
+
+def _check(frame: pd.DataFrame, metrics: list[str], n_rows: int) -> None:
+    """Raise ``ValueError`` unless ``frame`` has ``_score``'s columns, ``n_rows`` rows and scores in [0, 1]."""
+    expected = [*KEYS, "group", "included", "context_tokens", *metrics, JUDGE]
+    if list(frame.columns) != expected:
+        raise ValueError(f"columns {list(frame.columns)}, expected {expected}")
+    if len(frame) != n_rows:
+        raise ValueError(f"{len(frame)} rows for {n_rows} answers")
+    values = frame[[*metrics, JUDGE]].to_numpy(dtype=float)
+    if ((values < 0) | (values > 1)).any():  # NaN compares False: invalid or not judged is allowed
+        raise ValueError("a score outside [0, 1]")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import logging
 import os
 import shlex
 import subprocess
@@ -30,6 +31,7 @@ from allmem.paths import cache_dir
 from allmem.report.runs import Run, by_hash, find_runs
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+log = logging.getLogger("allmem.report")
 LOCOMO = "locomo"
 LME = "longmemeval_s"
 LME_SKIPPED = (
@@ -174,6 +176,18 @@ def _data_digest(dataset: str, path: str | None) -> str:
     return _digest(dataset, path, (st.st_size, st.st_mtime_ns))
 
 
+def _entry_ok(entry: object) -> bool:
+    """An entry ``_HashCache.config_hash`` writes: dataset name, path or None, and digest -> hash strings."""
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("dataset"), str)
+        and "path" in entry
+        and (entry["path"] is None or isinstance(entry["path"], str))
+        and isinstance(entry.get("hashes"), dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in entry["hashes"].items())
+    )
+
+
 class _HashCache:
     """Config hashes of composed points, on disk: composing one point takes Hydra most of a second, and a
     re-summarise of every paper target composes about fifty. Keyed by the overrides, the fingerprint of the
@@ -181,17 +195,33 @@ class _HashCache:
 
     def __init__(self) -> None:
         self.path = cache_dir() / "report" / "point_hashes.json"
-        try:
-            self.data: dict[str, dict] = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            self.data = {}
+        self.data: dict[str, dict] = self._read()
         self.dirty = False
+
+    def _read(self, quiet: bool = False) -> dict[str, dict]:
+        """The file's well-formed entries; a torn, garbled or malformed file (or entry) is left out with a warning
+        and rebuilt by composing, never trusted."""
+        try:
+            data = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            if not quiet:
+                log.warning("%s: unreadable cache (%s); composing again", self.path, exc)
+            return {}
+        good = {k: e for k, e in data.items() if _entry_ok(e)} if isinstance(data, dict) else {}
+        if not quiet and (not isinstance(data, dict) or len(good) != len(data)):
+            log.warning("%s: malformed entries left out; composing them again", self.path)
+        return good
 
     def config_hash(self, overrides: Sequence[str]) -> str:
         key = hashlib.sha256(json.dumps([_fingerprint(), list(overrides)]).encode()).hexdigest()[:24]
         entry = self.data.get(key)
         if entry is not None:
-            digest = _data_digest(entry["dataset"], entry["path"])
+            try:
+                digest = _data_digest(entry["dataset"], entry["path"])
+            except (OSError, ValueError):  # a stale or tampered entry (data moved, unknown dataset): compose
+                digest = ""
             if digest in entry["hashes"]:
                 return entry["hashes"][digest]
         cfg = _compose(overrides)
@@ -208,10 +238,7 @@ class _HashCache:
         ``sweep_points`` keeps, or another process may have saved entries since this one was read)."""
         if not self.dirty:
             return
-        try:
-            merged: dict[str, dict] = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            merged = {}
+        merged = self._read(quiet=True)  # warned when read at the start
         merged.update(self.data)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(f".tmp{os.getpid()}")
