@@ -40,7 +40,7 @@ DONE = "DONE"
 # the protocol, the budget, ...) changes the identity. docs/DESIGN.md lists the rule.
 NOT_IDENTITY: tuple[str, ...] = (
     "run.root", "run.name", "run.progress", "paths", "wandb", "hydra",
-    "dataset.path", "dataset.fit_dialogues", "embedder.cache_dir",
+    "dataset.path", "dataset.fit_dialogues", "embedder.cache_dir", "embedder.batch_size",
     "llm.timeout_s", "llm.connect_timeout_s", "llm.max_retries", "llm.backoff_base_s", "llm.backoff_max_s",
     "llm.max_concurrency", "llm.rpm", "llm.tpm", "llm.breaker_after", "llm.try_timeout_s", "llm.call_timeout_s",
     "llm.cache", "llm.prices", "llm.api_key_env",
