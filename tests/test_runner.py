@@ -225,13 +225,14 @@ def test_malformed_dataset_fails_before_a_run_directory_exists(tmp_path, cache_d
 MUST_CHANGE = [
     "run.seed=7", "run.judge=false", "budget.tokens=1024", "protocol=mem0", "protocol.ks=[1,3]",
     "method.k=20", "llm.judge.model=other", "llm.temperature=0.5", "dataset.limit_questions=3",
-    "generator=extractive", "embedder.batch_size=8",
+    "generator=extractive",
 ]  # fmt: skip
 MUST_NOT_CHANGE = [
-    "run.progress=false", "embedder.cache_dir=/elsewhere/emb", "paths.cache_dir=/elsewhere", "wandb.enabled=true",
+    "run.progress=false", "embedder.cache_dir=/elsewhere/emb", "embedder.batch_size=8", "paths.cache_dir=/elsewhere", "wandb.enabled=true",
     "llm.max_concurrency=4", "llm.cache.enabled=true", "hydra.run.dir=/elsewhere/hydra",
     # under llm=openai: how long to wait, how often to retry, how fast to go, where the key is read from
-    "llm=openai llm.timeout_s=5", "llm=openai llm.max_retries=0", "llm=openai llm.rpm=10",
+    "llm=openai llm.timeout_s=5", "llm=openai llm.try_timeout_s=5", "llm=openai llm.call_timeout_s=60",
+    "llm=openai llm.max_retries=0", "llm=openai llm.rpm=10",
     "llm=openai llm.api_key_env=OTHER_KEY", "llm=openai llm.cache.path=/elsewhere/r.sqlite",
 ]  # fmt: skip
 
