@@ -8,8 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from allmem.defaults import paper
 from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
+from allmem.memory.atc.config import ATCConfig
 from allmem.memory.atc.consolidator import build_consolidator
 from tests.llm_stub import StubLLM
 from tests.test_atc_executor import make_bank
@@ -40,7 +42,12 @@ def test_consolidation_over_the_openai_backend(stub: StubLLM, tmp_path, monkeypa
     )
     bank = make_bank()
     c = build_consolidator(
-        bank=bank, llm=llm, embedder=HashEmbedder(dim=64), cfg={"workers": 1}, run_dir=tmp_path
+        bank=bank,
+        llm=llm,
+        embedder=HashEmbedder(dim=64),
+        cfg=paper(ATCConfig, workers=1),
+        run_dir=tmp_path,
+        embed_format="paper",
     )
     for u in bank.ids():
         c.on_write(u)
