@@ -64,6 +64,7 @@ def run_atc(bank: MemoryBank, proposals: list[dict[str, Any]], script: dict[str,
 
     llm = build_llm(
         {
+            "_target_": "allmem.llm.scripted.ScriptedBackend",
             "backend": "scripted",
             "script": {"diagnose": diagnose, **script},
             "fallback": "offline",
@@ -249,7 +250,12 @@ def test_diagnosis_failures_are_counted_not_fatal(tmp_path) -> None:
     bank = make_bank()
     before = snapshot(bank)
     llm = build_llm(
-        {"backend": "scripted", "script": {"diagnose": ["{broken"] * 5}, "cache": {"enabled": False}}
+        {
+            "_target_": "allmem.llm.scripted.ScriptedBackend",
+            "backend": "scripted",
+            "script": {"diagnose": ["{broken"] * 5},
+            "cache": {"enabled": False},
+        }
     )
     c = build_consolidator(
         bank=bank,

@@ -91,6 +91,7 @@ def _consolidator(tmp_path, **cfg):
     bank = small_bank(0)
     llm = build_llm(
         {
+            "_target_": "allmem.llm.scripted.ScriptedBackend",
             "backend": "scripted",
             "script": {"diagnose": lambda req: {"proposals": []}},
             "cache": {"enabled": False},

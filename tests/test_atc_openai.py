@@ -29,7 +29,7 @@ def stub() -> Iterator[StubLLM]:
 def test_consolidation_over_the_openai_backend(stub: StubLLM, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("ALLMEM_TEST_KEY", KEY)
     llm = build_llm(
-        {"backend": "openai", "model": "gpt-4o-mini", "base_url": stub.base_url, "api_key_env": "ALLMEM_TEST_KEY",
+        {"_target_": "allmem.llm.openai_backend.OpenAIBackend", "backend": "openai", "model": "gpt-4o-mini", "base_url": stub.base_url, "api_key_env": "ALLMEM_TEST_KEY",
          "max_retries": 1, "cache": {"enabled": False}},
         run_dir=tmp_path,
     )  # fmt: skip

@@ -57,7 +57,13 @@ def _update_plan(req: Any) -> dict[str, Any]:
 def make_llm() -> Any:
     script = {"plan_split": _split_plan, "plan_merge": _merge_plan, "plan_update": _update_plan}
     return build_llm(
-        {"backend": "scripted", "script": script, "fallback": "offline", "cache": {"enabled": False}}
+        {
+            "_target_": "allmem.llm.scripted.ScriptedBackend",
+            "backend": "scripted",
+            "script": script,
+            "fallback": "offline",
+            "cache": {"enabled": False},
+        }
     )
 
 

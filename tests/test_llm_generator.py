@@ -57,7 +57,11 @@ def test_match_option() -> None:
 
 def test_offline_path_delegates_to_the_extractive_generator(tmp_path: Path) -> None:
     emb = HashEmbedder()
-    llm = build_llm({"backend": "offline", "cache": {"enabled": False}}, run_dir=tmp_path, cache_dir=tmp_path)
+    llm = build_llm(
+        {"_target_": "allmem.llm.offline.OfflineBackend", "backend": "offline", "cache": {"enabled": False}},
+        run_dir=tmp_path,
+        cache_dir=tmp_path,
+    )
     gen = LLMGenerator(llm, embedder=emb)
     got = gen.answer(REQ)
     want = ExtractiveGenerator(emb).answer(REQ)
@@ -80,7 +84,7 @@ def stub() -> Iterator[StubLLM]:
 
 def test_openai_path_renders_the_prompt_and_reads_json(stub: StubLLM, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("K", "sk-x")
-    llm = build_llm({"backend": "openai", "model": "gpt-4o-mini", "base_url": stub.base_url, "api_key_env": "K",
+    llm = build_llm({"_target_": "allmem.llm.openai_backend.OpenAIBackend", "backend": "openai", "model": "gpt-4o-mini", "base_url": stub.base_url, "api_key_env": "K",
                      "backoff_base_s": 0.01, "cache": {"enabled": False}}, cache_dir=tmp_path)  # fmt: skip
     gen = LLMGenerator(llm, embedder=None, max_tokens=50)
     ans = gen.answer(REQ)
