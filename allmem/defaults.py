@@ -76,6 +76,13 @@ def _load(name: str) -> dict[str, Any]:
     return out
 
 
+def group_node(group: str, option: str) -> dict[str, Any]:
+    """``configs/<group>/<option>.yaml`` (a file without a defaults list) as keyword arguments: no ``_target_``."""
+    node = plain(OmegaConf.load(CONFIG_DIR / group / f"{option}.yaml"))
+    node.pop("_target_", None)
+    return node
+
+
 def method_node(name: str = "allmem") -> dict[str, Any]:
     """The resolved ``method`` node of ``configs/method/<name>.yaml`` (its ``atc`` inlined), without Hydra."""
     return plain(OmegaConf.create(_load(name)))["method"]
