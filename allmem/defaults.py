@@ -85,7 +85,10 @@ def group_node(group: str, option: str) -> dict[str, Any]:
 
 def method_node(name: str = "allmem") -> dict[str, Any]:
     """The resolved ``method`` node of ``configs/method/<name>.yaml`` (its ``atc`` inlined), without Hydra."""
-    return plain(OmegaConf.create(_load(name)))["method"]
+    node = plain(OmegaConf.create(_load(name)))
+    return (
+        node["method"] if "method" in node else node
+    )  # All-Mem files are global (method: + atc:); others not
 
 
 def paper(cls: type[T], name: str = "allmem", **changes: Any) -> T:
