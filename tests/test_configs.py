@@ -137,10 +137,10 @@ def _sets_what_it_says(path: Path, cfg: DictConfig) -> None:
         assert composed.get(key) == value, f"{path}: {key} = {value!r}, composed {composed.get(key)!r}"
 
 
-ALLMEM_OPTIONS = sorted(p.stem for p in (CONFIGS / "method").glob("allmem*.yaml"))
+METHOD_OPTIONS = sorted(p.stem for p in (CONFIGS / "method").glob("*.yaml"))
 
 
-@pytest.mark.parametrize("option", ALLMEM_OPTIONS)
+@pytest.mark.parametrize("option", METHOD_OPTIONS)
 def test_library_reads_the_same_method_node_as_a_run(option: str) -> None:
     """``allmem.defaults.method_node`` (OmegaConf only, for library code) gives what Hydra composes for a run."""
     from allmem.defaults import method_node
