@@ -55,6 +55,11 @@ def _run(argv: list[str]) -> int:
     if refused := credential_override(argv):  # before Hydra writes the overrides into its folder
         print(f"allmem run: error: {refused}", file=sys.stderr)
         return 1
+    from allmem.preflight import renamed_override
+
+    if refused := renamed_override(argv):  # Hydra would only say the old key is not in the config
+        print(f"allmem run: error: {refused}", file=sys.stderr)
+        return 1
 
     def main(cfg: DictConfig) -> None:
         point = _sweep_point()

@@ -44,7 +44,7 @@ NOT_IDENTITY: tuple[str, ...] = (
     "llm.timeout_s", "llm.connect_timeout_s", "llm.max_retries", "llm.backoff_base_s", "llm.backoff_max_s",
     "llm.max_concurrency", "llm.rpm", "llm.tpm", "llm.breaker_after", "llm.try_timeout_s", "llm.call_timeout_s",
     "llm.cache", "llm.prices", "llm.api_key_env",
-    "run.bank_cache", "method.bank_cache",  # where All-Mem keeps re-usable banks (a re-used bank answers the same)
+    "run.bank_cache",  # where All-Mem keeps re-usable banks (a re-used bank answers the same)
 )  # fmt: skip
 # Override keys the path already shows (``<dataset>/<method>...``): not repeated in the name.
 _IN_PATH = ("dataset", "method")

@@ -372,7 +372,11 @@ class _Services:
         llm = _built("llm", lambda: _build_llm(cfg, run_dir))
         resources = Resources(embedder=embedder, llm=llm, run_dir=run_dir)
         generator = _built("generator", lambda: build(cfg.generator, embedder=embedder, llm=llm))
-        system = _built("method", lambda: build(cfg.method, resources=resources))
+        per_run = {
+            "bank_cache": cfg.run.bank_cache,
+            "probe_queries": cfg.run.probe_queries,
+        }  # to methods taking them
+        system = _built("method", lambda: build(cfg.method, resources=resources, **per_run))
         return cls(run_dir, llm, embedder, generator, system)
 
 

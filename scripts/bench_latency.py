@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from allmem.defaults import from_node
 from allmem.memory.bank import MemoryBank
 from allmem.memory.lexical import BM25Index, BM25Params
 from allmem.memory.retrieve import RetrievalConfig, Retriever
@@ -68,7 +69,7 @@ def retrieval_and_vector(method: str) -> tuple[RetrievalConfig, dict[str, Any]]:
 
     node = method_config(method).method
     vector = OmegaConf.to_container(node.vector, resolve=True)
-    return RetrievalConfig.from_dict(OmegaConf.to_container(node.retrieval, resolve=True)), dict(vector)
+    return from_node(RetrievalConfig, node.retrieval, RetrievalConfig.WHERE), dict(vector)
 
 
 # ---------------------------------------------------------------------------------------------------- LoCoMo size

@@ -70,6 +70,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
+    from allmem.defaults import group_node
     from allmem.embed import Embedder
     from allmem.metrics.qa import set_f1
     from allmem.reader import spans
@@ -82,7 +83,9 @@ def main() -> None:
     args = ap.parse_args()
 
     emb = Embedder()
-    gen = ExtractiveGenerator(embedder=emb)
+    gen = ExtractiveGenerator(
+        embedder=emb, **group_node("generator", "extractive")
+    )  # the fitted values being re-fitted
     items, yes_no, when = [], [], []
     fit_ids = fit_split("locomo")
     for did, q, req in contexts(args.data, args.budget, fit_ids):

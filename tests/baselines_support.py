@@ -45,6 +45,7 @@ def scripted(script: Mapping[str, Any]) -> Any:
     """An LLM answering ``script`` (template → replies, in call order), the offline roles for the rest."""
     return build_llm(
         {
+            "_target_": "allmem.llm.scripted.ScriptedBackend",
             "backend": "scripted",
             "script": dict(script),
             "fallback": "offline",

@@ -19,8 +19,10 @@ DIALOGUE = make_corpus(seed=11, n_dialogues=1, n_sessions=4).dialogues[0]
 
 
 def run_stream(tmp_path, **atc: Any) -> AllMem:
-    llm = build_llm({"backend": "offline", "cache": {"enabled": False}})
-    system = AllMem(resources=Resources(HashEmbedder(dim=96), llm, tmp_path), atc={"enabled": True, **atc})
+    llm = build_llm(
+        {"_target_": "allmem.llm.offline.OfflineBackend", "backend": "offline", "cache": {"enabled": False}}
+    )
+    system = AllMem.from_config(Resources(HashEmbedder(dim=96), llm, tmp_path), atc={"enabled": True, **atc})
     system.reset(DIALOGUE.id)
     for s in DIALOGUE.sessions:
         system.start_session(s.info)

@@ -12,8 +12,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from allmem.defaults import paper
 from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
+from allmem.memory.atc.config import ATCConfig
 from allmem.memory.atc.consolidator import build_consolidator
 from allmem.memory.bank import MemoryBank
 
@@ -62,6 +64,7 @@ def run_atc(bank: MemoryBank, proposals: list[dict[str, Any]], script: dict[str,
 
     llm = build_llm(
         {
+            "_target_": "allmem.llm.scripted.ScriptedBackend",
             "backend": "scripted",
             "script": {"diagnose": diagnose, **script},
             "fallback": "offline",
@@ -72,7 +75,8 @@ def run_atc(bank: MemoryBank, proposals: list[dict[str, Any]], script: dict[str,
         bank=bank,
         llm=llm,
         embedder=HashEmbedder(dim=64),
-        cfg={"workers": 2, **cfg},
+        cfg=paper(ATCConfig, **{"workers": 2, **cfg}),
+        embed_format="paper",
         run_dir=tmp_path,
         dialogue_id="d",
     )
@@ -246,9 +250,21 @@ def test_diagnosis_failures_are_counted_not_fatal(tmp_path) -> None:
     bank = make_bank()
     before = snapshot(bank)
     llm = build_llm(
-        {"backend": "scripted", "script": {"diagnose": ["{broken"] * 5}, "cache": {"enabled": False}}
+        {
+            "_target_": "allmem.llm.scripted.ScriptedBackend",
+            "backend": "scripted",
+            "script": {"diagnose": ["{broken"] * 5},
+            "cache": {"enabled": False},
+        }
     )
-    c = build_consolidator(bank=bank, llm=llm, embedder=HashEmbedder(dim=64), cfg={}, run_dir=tmp_path)
+    c = build_consolidator(
+        bank=bank,
+        llm=llm,
+        embedder=HashEmbedder(dim=64),
+        cfg=paper(ATCConfig),
+        run_dir=tmp_path,
+        embed_format="paper",
+    )
     for u in bank.ids():
         c.on_write(u)
     c.run("test")

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 import numpy as np
 import pytest
 
+from allmem.defaults import paper
 from allmem.llm import build_llm
 from allmem.memory.atc.config import ATCConfig
 from allmem.memory.atc.consolidator import build_consolidator
@@ -35,15 +36,15 @@ def P(op: str, target: list[str], p: float) -> dict:
 
 
 def test_config_thresholds_switches_and_errors() -> None:
-    cfg = ATCConfig.from_dict({"theta": 0.8, "theta_merge": 0.95, "update": False})
+    cfg = paper(ATCConfig, **{"theta": 0.8, "theta_merge": 0.95, "update": False})
     assert (cfg.threshold("split"), cfg.threshold("merge"), cfg.threshold("update")) == (0.8, 0.95, 0.8)
     assert cfg.ops == ("split", "merge")
     with pytest.raises(ValueError, match=r"atc\.thetta"):
-        ATCConfig.from_dict({"thetta": 0.9})
+        paper(ATCConfig, **{"thetta": 0.9})
     with pytest.raises(ValueError, match=r"atc\.theta_split"):
-        ATCConfig.from_dict({"theta_split": 1.5})
+        paper(ATCConfig, **{"theta_split": 1.5})
     with pytest.raises(ValueError, match=r"atc\.every_sessions"):
-        ATCConfig.from_dict({"every_sessions": 0})
+        paper(ATCConfig, **{"every_sessions": 0})
 
 
 def test_canonical_ids() -> None:
@@ -56,7 +57,7 @@ def test_canonical_ids() -> None:
 def test_gate_thresholds_norm_and_dedupe() -> None:
     bank = small_bank()
     bank.archive("u000004")
-    cfg = ATCConfig.from_dict({"theta": 0.9, "theta_update": 0.8})
+    cfg = paper(ATCConfig, **{"theta": 0.9, "theta_update": 0.8})
     props = [
         ("u000000", [P("merge", ["1", "u000000"], 0.95), P("Split", ["u000002"], 0.9), P("update", ["2", "0"], 0.85)]),
         ("u000001", [
@@ -81,7 +82,7 @@ def test_gate_thresholds_norm_and_dedupe() -> None:
 def test_gate_respects_operator_switches() -> None:
     bank = small_bank()
     queues, dropped = gate(
-        [("u000000", [P("split", ["u000000"], 0.99)])], bank, ATCConfig.from_dict({"split": False})
+        [("u000000", [P("split", ["u000000"], 0.99)])], bank, paper(ATCConfig, **{"split": False})
     )
     assert queues["split"] == [] and dropped[0].why == "operator off"
 
@@ -90,6 +91,7 @@ def _consolidator(tmp_path, **cfg):
     bank = small_bank(0)
     llm = build_llm(
         {
+            "_target_": "allmem.llm.scripted.ScriptedBackend",
             "backend": "scripted",
             "script": {"diagnose": lambda req: {"proposals": []}},
             "cache": {"enabled": False},
@@ -100,7 +102,15 @@ def _consolidator(tmp_path, **cfg):
         def encode(self, texts):
             return np.ones((len(texts), 4), dtype=np.float32) / 2
 
-    c = build_consolidator(bank=bank, llm=llm, embedder=Emb(), cfg=cfg, run_dir=tmp_path, dialogue_id="d1")
+    c = build_consolidator(
+        bank=bank,
+        llm=llm,
+        embedder=Emb(),
+        cfg=paper(ATCConfig, **cfg),
+        run_dir=tmp_path,
+        dialogue_id="d1",
+        embed_format="paper",
+    )
 
     def turn(i: int) -> None:
         v = np.zeros(4)

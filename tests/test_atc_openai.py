@@ -8,8 +8,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from allmem.defaults import paper
 from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
+from allmem.memory.atc.config import ATCConfig
 from allmem.memory.atc.consolidator import build_consolidator
 from tests.llm_stub import StubLLM
 from tests.test_atc_executor import make_bank
@@ -27,7 +29,7 @@ def stub() -> Iterator[StubLLM]:
 def test_consolidation_over_the_openai_backend(stub: StubLLM, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("ALLMEM_TEST_KEY", KEY)
     llm = build_llm(
-        {"backend": "openai", "model": "gpt-4o-mini", "base_url": stub.base_url, "api_key_env": "ALLMEM_TEST_KEY",
+        {"_target_": "allmem.llm.openai_backend.OpenAIBackend", "backend": "openai", "model": "gpt-4o-mini", "base_url": stub.base_url, "api_key_env": "ALLMEM_TEST_KEY",
          "max_retries": 1, "cache": {"enabled": False}},
         run_dir=tmp_path,
     )  # fmt: skip
@@ -40,7 +42,12 @@ def test_consolidation_over_the_openai_backend(stub: StubLLM, tmp_path, monkeypa
     )
     bank = make_bank()
     c = build_consolidator(
-        bank=bank, llm=llm, embedder=HashEmbedder(dim=64), cfg={"workers": 1}, run_dir=tmp_path
+        bank=bank,
+        llm=llm,
+        embedder=HashEmbedder(dim=64),
+        cfg=paper(ATCConfig, workers=1),
+        run_dir=tmp_path,
+        embed_format="paper",
     )
     for u in bank.ids():
         c.on_write(u)

@@ -15,6 +15,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from allmem.defaults import paper
 from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
 from allmem.memory.atc import cues as tx
@@ -56,7 +57,13 @@ def _update_plan(req: Any) -> dict[str, Any]:
 def make_llm() -> Any:
     script = {"plan_split": _split_plan, "plan_merge": _merge_plan, "plan_update": _update_plan}
     return build_llm(
-        {"backend": "scripted", "script": script, "fallback": "offline", "cache": {"enabled": False}}
+        {
+            "_target_": "allmem.llm.scripted.ScriptedBackend",
+            "backend": "scripted",
+            "script": script,
+            "fallback": "offline",
+            "cache": {"enabled": False},
+        }
     )
 
 
@@ -126,16 +133,16 @@ def test_random_edit_sequences_keep_the_invariants(
     w = World(d_sigma)
     for t in first:
         w.write(t)
-    cfg = ATCConfig.from_dict({"support_min": 0.0})
+    cfg = paper(ATCConfig, **{"support_min": 0.0})
     llm = make_llm()
-    ex = Executor(w.bank, llm, w.emb, cfg, roles=roles_mod)
+    ex = Executor(w.bank, llm, w.emb, cfg, roles=roles_mod, embed_format="paper")
     for i, (kind, arg) in enumerate(steps):
         if kind == "write":
             w.write(arg)
             w.check()
             continue
         if i % 3 == 0:  # a fresh run now and then: the modified set is per run
-            ex = Executor(w.bank, llm, w.emb, cfg, roles=roles_mod)
+            ex = Executor(w.bank, llm, w.emb, cfg, roles=roles_mod, embed_format="paper")
         ids = w.bank.ids()
         picks = [ids[j % len(ids)] for j in ([arg] if kind == "split" else arg)]
         before = w.snapshot()
@@ -158,15 +165,17 @@ def test_the_property_test_does_edit() -> None:
         "I moved to Denver.",
     ]:
         w.write(t)
-    cfg = ATCConfig.from_dict({"support_min": 0.0})
-    ex = Executor(w.bank, make_llm(), w.emb, cfg, roles=roles_mod)
+    cfg = paper(ATCConfig, **{"support_min": 0.0})
+    ex = Executor(w.bank, make_llm(), w.emb, cfg, roles=roles_mod, embed_format="paper")
     states = [
         ex.run(Target("split", ("u000000",), 0.95, "u000000")).state,
         ex.run(Target("merge", ("u000001", "u000002"), 0.95, "u000001")).state,
         ex.run(Target("update", ("u000003", "u000006"), 0.95, "u000003")).state,  # u000006 is new in this run
     ]
     assert states == ["executed", "executed", "skipped"]
-    ex = Executor(w.bank, make_llm(), w.emb, cfg, roles=roles_mod)  # the next run may edit it
+    ex = Executor(
+        w.bank, make_llm(), w.emb, cfg, roles=roles_mod, embed_format="paper"
+    )  # the next run may edit it
     assert ex.run(Target("update", ("u000003", "u000006"), 0.95, "u000003")).state == "executed"
     w.check()
     assert len(hop_distances(w.bank)) == 4  # source of the split, both merged, the superseded canonical

@@ -27,8 +27,10 @@ OPS = ("split", "merge", "update")
 def outcome(embedder, tmp_path_factory):
     corpus = make_corpus(SEED, n_dialogues=6, n_sessions=6)
     run_dir = tmp_path_factory.mktemp("atc_synthetic")
-    llm = build_llm({"backend": "offline", "cache": {"enabled": False}})
-    system = AllMem(resources=Resources(embedder, llm, run_dir), atc={"enabled": True, "theta": 0.9})
+    llm = build_llm(
+        {"_target_": "allmem.llm.offline.OfflineBackend", "backend": "offline", "cache": {"enabled": False}}
+    )
+    system = AllMem.from_config(Resources(embedder, llm, run_dir), atc={"enabled": True, "theta": 0.9})
     records: dict[str, dict[str, list[tuple[str, str]]]] = {}  # dialogue -> unit -> (source id, text)
     for d in corpus.dialogues:
         system.reset(d.id)

@@ -137,58 +137,35 @@ def _sets_what_it_says(path: Path, cfg: DictConfig) -> None:
         assert composed.get(key) == value, f"{path}: {key} = {value!r}, composed {composed.get(key)!r}"
 
 
-def test_paper_defaults_are_stated_once_and_the_dataclasses_agree(tmp_path: Path) -> None:
-    """``configs/method/allmem.yaml`` states every All-Mem default; the code's own defaults must equal it.
+METHOD_OPTIONS = sorted(p.stem for p in (CONFIGS / "method").glob("*.yaml"))
 
-    Both directions: a key the config lacks or a default that drifted from the config fails here, so a method
-    built in Python (``AllMem(resources=...)``) and one built from the config are the same method.
-    """
-    import dataclasses
-    import inspect
 
-    from allmem.memory.atc.config import ATCConfig
-    from allmem.memory.retrieve import RetrievalConfig
-    from allmem.memory.system import AllMem
-    from allmem.memory.vector import SurfaceIndex
+@pytest.mark.parametrize("option", METHOD_OPTIONS)
+def test_library_reads_the_same_method_node_as_a_run(option: str) -> None:
+    """``allmem.defaults.method_node`` (OmegaConf only, for library code) gives what Hydra composes for a run."""
+    from allmem.defaults import method_node
+
+    composed = OmegaConf.to_container(_compose([f"method={option}"]).method, resolve=True)
+    assert method_node(option) == composed
+
+
+def test_settings_are_built_strictly_from_their_node(tmp_path: Path) -> None:
+    """No dataclass holds a default: a key missing from the node or one it does not know is one error naming both."""
+    from allmem.defaults import from_node, paper
+    from allmem.errors import ConfigError
     from allmem.memory.write import WriteConfig
 
-    cfg = OmegaConf.to_container(_compose(["method=allmem"]), resolve=True)
-    assert isinstance(cfg, dict)
-    method = cfg["method"]
-
-    for name, cls, node in (
-        ("method.write", WriteConfig, method["write"]),
-        ("method.retrieval", RetrievalConfig, method["retrieval"]),
-        ("atc", ATCConfig, cfg["atc"]),
-    ):
-        # the YAML states every field, and reading it back gives exactly the dataclass's defaults
-        fields = {f.name for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
-        assert set(node) == fields, f"{name} in configs/method/allmem.yaml: keys differ from {cls.__name__}"
-        assert cls.from_dict(node) == cls(), (
-            f"{name} in configs/method/allmem.yaml vs {cls.__name__} defaults"
-        )
-    index = inspect.signature(SurfaceIndex).parameters
-    assert {k: index[k].default for k in method["vector"]} == method["vector"]
-    built = AllMem(resources=Resources(embedder=HashEmbedder(), llm=_offline_llm(tmp_path), run_dir=tmp_path))
-    assert built.d_sigma == method["links"]["d_sigma"]
-    assert (built.recover_mode, built.save_banks) == (method["recover_mode"], method["save_banks"])
-    assert (built.write_cfg, built.retrieval_cfg) == (
-        WriteConfig.from_dict(method["write"]),
-        RetrievalConfig.from_dict(method["retrieval"]),
+    node = {"sem_threshold": 0.65, "sem_per_insert": 3, "batch_turns": 64, "embed_format": "paper", "typo": 1}
+    with pytest.raises(ConfigError) as err:
+        from_node(WriteConfig, node, "method.write")
+    assert str(err.value).startswith(
+        "unknown key(s) method.write.typo; missing key(s) method.write.describe_workers (its keys: "
     )
+    assert paper(WriteConfig, batch_turns=8) == WriteConfig(0.65, 3, 8, "paper", 1)
 
 
-def test_fitted_reader_constants_are_stated_once_and_the_class_agrees() -> None:
-    """``configs/generator/extractive.yaml`` holds the fitted reader settings; the class defaults must equal it
-    (the default ``generator=llm`` builds the reader from those defaults)."""
-    import inspect
-
-    from allmem.reader.extractive import ExtractiveGenerator
-
-    node = OmegaConf.to_container(_compose(["generator=extractive"]).generator, resolve=True)
-    assert isinstance(node, dict)
-    node.pop("_target_")
-    signature = inspect.signature(ExtractiveGenerator).parameters
-    assert {k: signature[k].default for k in node} == node
-    assert set(signature) - set(node) == {"embedder"}  # every setting is stated in the config
-    assert _compose([]).generator.extractive == {}  # generator=llm: the class defaults, i.e. the same values
+def test_the_llm_reader_uses_the_fitted_reader_settings() -> None:
+    """``generator=llm`` answers offline with the settings of ``configs/generator/extractive.yaml``, read from there."""
+    llm_node = OmegaConf.to_container(_compose([]).generator, resolve=True)
+    extractive = OmegaConf.to_container(_compose(["generator=extractive"]).generator, resolve=True)
+    assert llm_node["extractive"] == extractive

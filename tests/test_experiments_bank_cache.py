@@ -82,10 +82,8 @@ SESSIONS = [
 
 
 def _system(tmp: Path, cache: Path | None, probe: int = 0, **atc) -> AllMem:
-    node = OmegaConf.to_container(OmegaConf.load(CONFIGS / "method" / "allmem.yaml").method)
-    node.pop("_target_"), node.pop("name"), node.pop("bank_cache"), node.pop("probe")
-    node["atc"] = {"enabled": True, "every_sessions": 1} | atc
-    return AllMem(resources=_resources(tmp), bank_cache=cache, probe={"queries": probe}, **node)
+    atc = {"enabled": True, "every_sessions": 1} | atc
+    return AllMem.from_config(_resources(tmp), bank_cache=cache, probe_queries=probe, atc=atc)
 
 
 def _bank(system: AllMem) -> list[tuple]:
@@ -116,14 +114,14 @@ def test_a_different_stream_is_ingested_not_reused(tmp_path):
 
 def test_key_follows_ingestion_settings_only(tmp_path):
     base = _system(tmp_path, tmp_path / "banks")
-    other_retrieval = AllMem(resources=base.resources, bank_cache=tmp_path / "banks", retrieval={"K": 4, "L": 10},
+    other_retrieval = AllMem.from_config(base.resources, bank_cache=tmp_path / "banks", retrieval={"K": 4, "L": 10},
                              atc={"enabled": True, "every_sessions": 1})  # fmt: skip
-    same_atc = AllMem(
-        resources=base.resources, bank_cache=tmp_path / "banks", atc={"enabled": True, "every_sessions": 1}
+    same_atc = AllMem.from_config(
+        base.resources, bank_cache=tmp_path / "banks", atc={"enabled": True, "every_sessions": 1}
     )
-    other_theta = AllMem(resources=base.resources, bank_cache=tmp_path / "banks",
+    other_theta = AllMem.from_config(base.resources, bank_cache=tmp_path / "banks",
                          atc={"enabled": True, "every_sessions": 1, "theta": 0.5})  # fmt: skip
-    probed = AllMem(resources=base.resources, bank_cache=tmp_path / "banks", probe={"queries": 2},
+    probed = AllMem.from_config(base.resources, bank_cache=tmp_path / "banks", probe_queries=2,
                     atc={"enabled": True, "every_sessions": 1})  # fmt: skip
     assert other_retrieval.bank_cache.key == same_atc.bank_cache.key
     assert other_theta.bank_cache.key != same_atc.bank_cache.key

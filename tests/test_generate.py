@@ -7,6 +7,7 @@ from datetime import datetime
 import numpy as np
 import pytest
 
+from allmem.defaults import group_node
 from allmem.reader import dates, spans
 from allmem.reader.extractive import NOT_MENTIONED, ExtractiveGenerator, Sentence, split_sentences, unit_body
 from allmem.tokens import count_tokens
@@ -125,7 +126,7 @@ def _request(question: str, options: tuple[str, ...] = (), context=CONTEXT) -> A
 
 @pytest.fixture(scope="module")
 def generator(embedder) -> ExtractiveGenerator:
-    return ExtractiveGenerator(embedder=embedder)
+    return ExtractiveGenerator(embedder=embedder, **group_node("generator", "extractive"))
 
 
 def test_when_questions_resolve_against_the_right_unit(generator) -> None:
@@ -155,15 +156,15 @@ def test_two_option_questions(generator) -> None:
 
 def test_yes_no_and_empty_context(generator, embedder) -> None:
     assert generator.answer(_request("Did Melanie run a charity race?")).text == "Yes"
-    assert ExtractiveGenerator(embedder, yes_no_answer="Likely no").answer(
-        _request("Is Caroline brave?")
-    ).text == ("Likely no")
+    assert ExtractiveGenerator(
+        embedder, **group_node("generator", "extractive") | {"yes_no_answer": "Likely no"}
+    ).answer(_request("Is Caroline brave?")).text == ("Likely no")
     empty = generator.answer(_request("What did Caroline do?", context=()))
     assert empty.text == NOT_MENTIONED and empty.extra["mode"] == "empty"
 
 
 def test_bad_config_is_a_clear_error(embedder) -> None:
     with pytest.raises(ValueError, match="embedder"):
-        ExtractiveGenerator(embedder=None)
+        ExtractiveGenerator(embedder=None, **group_node("generator", "extractive"))
     with pytest.raises(ValueError, match="extractive.yaml"):
-        ExtractiveGenerator(embedder, multi_spans=0)
+        ExtractiveGenerator(embedder, **group_node("generator", "extractive") | {"multi_spans": 0})

@@ -32,7 +32,12 @@ EVIDENCE = [
 
 
 def offline_llm(tmp_path: Path, **over) -> object:
-    cfg = {"backend": "offline", "model": "offline", "cache": {"enabled": False}} | over
+    cfg = {
+        "_target_": "allmem.llm.offline.OfflineBackend",
+        "backend": "offline",
+        "model": "offline",
+        "cache": {"enabled": False},
+    } | over
     return build_llm(cfg, run_dir=tmp_path / "run", cache_dir=tmp_path / "cache")
 
 
@@ -267,14 +272,40 @@ def test_limiter_paces_requests_and_tokens() -> None:
 
 
 def test_build_llm_rejects_bad_config(tmp_path: Path) -> None:
-    with pytest.raises(LLMError, match=r"llm\.backend"):
-        build_llm({"backend": "gpt"}, cache_dir=tmp_path)
+    with pytest.raises(
+        LLMError, match=r"llm\._target_: 'allmem.llm.gpt.Backend' is not an importable backend"
+    ):
+        build_llm({"_target_": "allmem.llm.gpt.Backend", "backend": "gpt"}, cache_dir=tmp_path)
+    with pytest.raises(LLMError, match=r"llm\.model: required for backend openai"):
+        build_llm(
+            {"_target_": "allmem.llm.openai_backend.OpenAIBackend", "backend": "openai"}, cache_dir=tmp_path
+        )
     with pytest.raises(LLMError, match=r"llm\.temprature"):
-        build_llm({"backend": "offline", "temprature": 0}, cache_dir=tmp_path)
+        build_llm(
+            {"_target_": "allmem.llm.offline.OfflineBackend", "backend": "offline", "temprature": 0},
+            cache_dir=tmp_path,
+        )
     with pytest.raises(LLMError, match=r"llm\.base_url"):
-        build_llm({"backend": "openai", "model": "m", "base_url": "", "api_key_env": "X"}, cache_dir=tmp_path)
+        build_llm(
+            {
+                "_target_": "allmem.llm.openai_backend.OpenAIBackend",
+                "backend": "openai",
+                "model": "m",
+                "base_url": "",
+                "api_key_env": "X",
+            },
+            cache_dir=tmp_path,
+        )
     with pytest.raises(LLMError, match="cache"):
-        build_llm({"backend": "replay", "model": "m", "cache": {"enabled": False}}, cache_dir=tmp_path)
+        build_llm(
+            {
+                "_target_": "allmem.llm.openai_backend.ReplayBackend",
+                "backend": "replay",
+                "model": "m",
+                "cache": {"enabled": False},
+            },
+            cache_dir=tmp_path,
+        )
 
 
 def test_shipped_configs_build(tmp_path: Path, repo_root: Path) -> None:

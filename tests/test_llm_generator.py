@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from allmem.defaults import group_node
 from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
 from allmem.llm.ledger import read_calls
@@ -57,10 +58,14 @@ def test_match_option() -> None:
 
 def test_offline_path_delegates_to_the_extractive_generator(tmp_path: Path) -> None:
     emb = HashEmbedder()
-    llm = build_llm({"backend": "offline", "cache": {"enabled": False}}, run_dir=tmp_path, cache_dir=tmp_path)
-    gen = LLMGenerator(llm, embedder=emb)
+    llm = build_llm(
+        {"_target_": "allmem.llm.offline.OfflineBackend", "backend": "offline", "cache": {"enabled": False}},
+        run_dir=tmp_path,
+        cache_dir=tmp_path,
+    )
+    gen = LLMGenerator(llm, embedder=emb, extractive=group_node("generator", "extractive"), max_tokens=200)
     got = gen.answer(REQ)
-    want = ExtractiveGenerator(emb).answer(REQ)
+    want = ExtractiveGenerator(emb, **group_node("generator", "extractive")).answer(REQ)
     assert got.text == want.text and got.text  # same answer, now through the wrapper
     assert got.extra == json.loads(
         json.dumps(dict(want.extra), default=str)
@@ -80,9 +85,9 @@ def stub() -> Iterator[StubLLM]:
 
 def test_openai_path_renders_the_prompt_and_reads_json(stub: StubLLM, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("K", "sk-x")
-    llm = build_llm({"backend": "openai", "model": "gpt-4o-mini", "base_url": stub.base_url, "api_key_env": "K",
+    llm = build_llm({"_target_": "allmem.llm.openai_backend.OpenAIBackend", "backend": "openai", "model": "gpt-4o-mini", "base_url": stub.base_url, "api_key_env": "K",
                      "backoff_base_s": 0.01, "cache": {"enabled": False}}, cache_dir=tmp_path)  # fmt: skip
-    gen = LLMGenerator(llm, embedder=None, max_tokens=50)
+    gen = LLMGenerator(llm, embedder=None, extractive={}, max_tokens=50)
     ans = gen.answer(REQ)
     assert ans.text == "Melanie: I painted a sunrise."  # the stub answers with the last memory line
     body = stub.requests[0].body

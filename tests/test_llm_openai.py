@@ -35,7 +35,7 @@ def api_key(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def make(stub: StubLLM, tmp_path: Path, run: str = "run", **over):  # noqa: ANN201 - returns allmem.llm.LLM
     cfg = {
-        "backend": "openai", "model": "gpt-4o-mini", "base_url": stub.base_url, "api_key_env": "ALLMEM_TEST_KEY",
+        "_target_": "allmem.llm.openai_backend.OpenAIBackend", "backend": "openai", "model": "gpt-4o-mini", "base_url": stub.base_url, "api_key_env": "ALLMEM_TEST_KEY",
         "timeout_s": 10, "max_retries": 3, "backoff_base_s": 0.01, "backoff_max_s": 0.05, "max_concurrency": 2,
         "rpm": None, "tpm": None, "cache": {"enabled": True, "path": "responses.sqlite"},
         "judge": {"enabled": True, "model": "gpt-4o", "n_votes": 1},
@@ -129,7 +129,12 @@ def test_replay_answers_from_cache_and_names_misses(stub: StubLLM, tmp_path: Pat
     describe(make(stub, tmp_path), EVIDENCE)
     n = stub.count
     replay = build_llm(
-        {"backend": "replay", "model": "gpt-4o-mini", "cache": {"enabled": True, "path": "responses.sqlite"}},
+        {
+            "_target_": "allmem.llm.openai_backend.ReplayBackend",
+            "backend": "replay",
+            "model": "gpt-4o-mini",
+            "cache": {"enabled": True, "path": "responses.sqlite"},
+        },
         run_dir=tmp_path / "replay",
         cache_dir=tmp_path / "cache",
     )
@@ -237,7 +242,10 @@ def test_judge_records_keeps_order_and_offline_cannot_judge(stub: StubLLM, tmp_p
     ]
     verdicts = [j["verdict"] for j in judge_records(llm, recs, "allmem")]
     assert verdicts == ["yes", "no", "no"]
-    offline = build_llm({"backend": "offline", "cache": {"enabled": False}}, cache_dir=tmp_path)
+    offline = build_llm(
+        {"_target_": "allmem.llm.offline.OfflineBackend", "backend": "offline", "cache": {"enabled": False}},
+        cache_dir=tmp_path,
+    )
     assert judge_record(offline, RECORD, "allmem") is None
     assert "offline" in offline.judge_unavailable_reason()
 

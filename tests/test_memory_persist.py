@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from allmem.defaults import paper
 from allmem.embed import HashEmbedder
 from allmem.memory.bank import BankError, MemoryBank
 from allmem.memory.persist import EMBEDDINGS, UNITS, load_bank, save_bank
@@ -28,7 +29,7 @@ QUERIES = ["hiking in the Alps", "red bike", "puppy Max", "Mont Blanc climb"]
 
 def _built_bank() -> MemoryBank:
     bank = MemoryBank(dim=64, d_sigma=2)
-    w = OnlineWriter(bank, HashEmbedder(), None, WriteConfig(sem_threshold=0.1), echo_describe)
+    w = OnlineWriter(bank, HashEmbedder(), None, paper(WriteConfig, sem_threshold=0.1), echo_describe)
     for t in make_turns(TEXTS):
         w.add(t)
     w.flush()
@@ -46,7 +47,7 @@ def _built_bank() -> MemoryBank:
 def _answers(
     bank: MemoryBank, surface: str = "visible", stage1: str = "dense"
 ) -> list[tuple[list[str], list[float]]]:
-    cfg = RetrievalConfig(k=3, L=6, K=4, H=2, surface=surface, stage1=stage1)
+    cfg = paper(RetrievalConfig, k=3, L=6, K=4, H=2, surface=surface, stage1=stage1)
     r = Retriever(bank, HashEmbedder(), cfg)
     return [(res.ids, res.scores) for res in (r.retrieve(q) for q in QUERIES)]
 

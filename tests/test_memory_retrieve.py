@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
+from allmem.defaults import paper
 from allmem.memory.bank import MemoryBank
 from allmem.memory.fusion import Fusion, fuse, top_positions
 from allmem.memory.lexical import BM25Index
@@ -54,26 +55,28 @@ def test_expansion_follows_type_priority_hop_by_hop() -> None:
     bank, n = _graph()
     anchors = [n["A"], n["B"]]
     # hop 1: version F, sibling G, semantic D (0.9) before C (0.5), temporal E; hop 2: version H, sibling I
-    assert _names(n, expand(bank, anchors, RetrievalConfig(L=40, H=2))) == "ABFGDCEHI"
-    assert _names(n, expand(bank, anchors, RetrievalConfig(L=5, H=2))) == "ABFGD"
-    assert _names(n, expand(bank, anchors, RetrievalConfig(L=40, H=1))) == "ABFGDCE"
-    assert _names(n, expand(bank, anchors, RetrievalConfig(L=40, H=2, expand=False))) == "AB"
+    assert _names(n, expand(bank, anchors, paper(RetrievalConfig, L=40, H=2))) == "ABFGDCEHI"
+    assert _names(n, expand(bank, anchors, paper(RetrievalConfig, L=5, H=2))) == "ABFGD"
+    assert _names(n, expand(bank, anchors, paper(RetrievalConfig, L=40, H=1))) == "ABFGDCE"
+    assert _names(n, expand(bank, anchors, paper(RetrievalConfig, L=40, H=2, expand=False))) == "AB"
     # the archived F enters at Stage 2: archived evidence is recoverable
 
 
 def test_expansion_without_type_priority_uses_link_creation_order() -> None:
     bank, n = _graph()
-    cfg = RetrievalConfig(L=40, H=2, type_priority=False)
+    cfg = paper(RetrievalConfig, L=40, H=2, type_priority=False)
     assert _names(n, expand(bank, [n["A"], n["B"]], cfg)) == "ABCDEFGHI"
 
 
 def test_expansion_restricted_types_and_both_directions() -> None:
     bank, n = _graph()
-    ref_like = RetrievalConfig(L=50, H=1, link_types=("sibling", "version"), priority=("sibling", "version"))
+    ref_like = paper(
+        RetrievalConfig, L=50, H=1, link_types=("sibling", "version"), priority=("sibling", "version")
+    )
     assert _names(n, expand(bank, [n["A"], n["B"]], ref_like)) == "ABGF"
-    both = RetrievalConfig(L=50, H=1, link_types=("sibling", "version"), directions="both")
+    both = paper(RetrievalConfig, L=50, H=1, link_types=("sibling", "version"), directions="both")
     assert _names(n, expand(bank, [n["H"]], both)) == "HC"  # C -ver-> H walked backwards
-    assert _names(n, expand(bank, [n["H"]], RetrievalConfig(L=50, H=1))) == "H"
+    assert _names(n, expand(bank, [n["H"]], paper(RetrievalConfig, L=50, H=1))) == "H"
 
 
 class _FixedEmbedder:
@@ -94,12 +97,12 @@ def _scored_bank() -> tuple[MemoryBank, list[str]]:
 def test_stage1_visible_vs_full_surface_and_stage3_cosine() -> None:
     bank, ids = _scored_bank()
     emb = _FixedEmbedder([1, 0, 0])
-    visible = Retriever(bank, emb, RetrievalConfig(k=2, expand=False))
+    visible = Retriever(bank, emb, paper(RetrievalConfig, k=2, expand=False))
     assert visible.retrieve("q").ids == [ids[0], ids[2]]
-    full = Retriever(bank, emb, RetrievalConfig(k=2, expand=False, surface="full"))
+    full = Retriever(bank, emb, paper(RetrievalConfig, k=2, expand=False, surface="full"))
     assert full.retrieve("q").ids == [ids[0], ids[1]]
     # k=1 anchor u0; its version link brings archived u1; Stage 3 keeps K=2 by cosine: 1.0, 0.8
-    res = Retriever(bank, emb, RetrievalConfig(k=1, L=3, H=1, K=2)).retrieve("q")
+    res = Retriever(bank, emb, paper(RetrievalConfig, k=1, L=3, H=1, K=2)).retrieve("q")
     assert res.ids == [ids[0], ids[1]]
     assert res.scores == pytest.approx([1.0, 0.8])
     assert (res.n_anchors, res.n_candidates) == (1, 2)
@@ -137,7 +140,7 @@ def test_common_terms_by_document_share() -> None:
     assert idx.common_terms(0.5) == {"carolin"}  # 3 of 4 units
     assert idx.common_terms(0.75) == frozenset()  # "more than": 3 of 4 is not more than 0.75
     assert "melani" in idx.common_terms(0.2)  # 1 of 4 units is more than 0.2
-    r = Retriever(bank, _FixedEmbedder([1, 0]), RetrievalConfig(stage1="fused", query_max_df=0.5))
+    r = Retriever(bank, _FixedEmbedder([1, 0]), paper(RetrievalConfig, stage1="fused", query_max_df=0.5))
     assert r.dense_query("What did Caroline's mom make?") == "What did 's mom make?"
     assert r.dense_query("Caroline?") == "Caroline?"  # nothing left: the query stays whole
 
@@ -151,16 +154,16 @@ def test_hybrid_stage1_fuses_dense_and_bm25() -> None:
     texts = ["apple pie recipe", "banana bread", "apple", "cherry"]
     bank, ids = _bank_from([[1, 0, 0], [0.9, 0.1, 0], [0, 1, 0], [0, 0, 1]], texts=texts)
     emb = _FixedEmbedder([1, 0, 0])
-    cfg = RetrievalConfig(k=2, stage1="hybrid", expand=False, rrf_depth=4)
+    cfg = paper(RetrievalConfig, k=2, stage1="hybrid", expand=False, rrf_depth=4)
     r = Retriever(bank, emb, cfg)
     dense = [u for u, _ in r.index.search(emb.vec, 4)]
     lexical = [u for u, _ in r.bm25.search("apple", 4)]
     fused = rrf([dense, lexical], 60)
     expected = sorted(fused, key=lambda u: (-fused[u], bank.get(u).row))[:2]
     assert r.retrieve("apple").ids == expected == [ids[0], ids[2]]
-    bm = Retriever(bank, emb, RetrievalConfig(k=2, stage1="bm25", stage3="stage1", expand=False)).retrieve(
-        "apple"
-    )
+    bm = Retriever(
+        bank, emb, paper(RetrievalConfig, k=2, stage1="bm25", stage3="stage1", expand=False)
+    ).retrieve("apple")
     assert bm.ids == [ids[2], ids[0]]  # the shorter document wins on BM25
 
 
@@ -190,11 +193,11 @@ def test_neighbour_term_lets_an_expanded_unit_outrank_an_anchor() -> None:
     emb = _FixedEmbedder([1, 0, 0])
     common = {"k": 2, "L": 10, "H": 1, "K": 3, "directions": "both", "priority": ("temporal",)}
     # paper Stage 3 (cosine): the expanded C (0.5) stays below the anchors A (1.0) and B (0.6)
-    paper = Retriever(bank, emb, RetrievalConfig(**common)).retrieve("q")
-    assert _names(n, paper.ids) == "ABC" and paper.n_anchors == 2
+    cosine = Retriever(bank, emb, paper(RetrievalConfig, **common)).retrieve("q")
+    assert _names(n, cosine.ids) == "ABC" and cosine.n_anchors == 2
     # neighbour Stage 3: C = 0.5 + 0.5 * 1.0 (its anchor A) = 1.0; A = 1.0 + 0.5 * 0.5 (C) = 1.25; B = 0.6
     both_ways = {"neighbour": (("temporal", 0.5),), "neighbour_back": (("temporal", 0.5),)}
-    cfg = RetrievalConfig(**common, stage3="neighbour", **both_ways)
+    cfg = paper(RetrievalConfig, **common, stage3="neighbour", **both_ways)
     res = Retriever(bank, emb, cfg).retrieve("q")
     assert _names(n, res.ids) == "ACB"
     assert res.scores == pytest.approx([1.25, 1.0, 0.6])
@@ -227,34 +230,36 @@ def test_reply_weight_applies_to_the_turn_after_a_question() -> None:
 def test_fill_appends_the_stage1_pool_after_the_candidates() -> None:
     bank, n = _neighbour_bank()
     emb = _FixedEmbedder([1, 0, 0])
-    cfg = RetrievalConfig(k=1, L=10, H=1, K=10, stage3="neighbour", neighbour=(("temporal", 0.5),), fill=True)
+    cfg = paper(
+        RetrievalConfig, k=1, L=10, H=1, K=10, stage3="neighbour", neighbour=(("temporal", 0.5),), fill=True
+    )
     res = Retriever(bank, emb, cfg).retrieve("q")
     # candidates A (1.0) and C (0.5 + 0.5 * 1.0), tied: the older first; then the rest of the pool by cosine
     assert _names(n, res.ids) == "ACBD"
     assert res.scores == pytest.approx([1.0, 1.0, 0.6, 0.0])
     with pytest.raises(ValueError, match="fill"):
-        RetrievalConfig(stage1="fused", stage3="cosine", fill=True)
+        paper(RetrievalConfig, stage1="fused", stage3="cosine", fill=True)
 
 
 def test_cross_encoder_without_weights_fails_clearly(tmp_path) -> None:
     bank, _ = _scored_bank()
     with pytest.raises(FileNotFoundError, match="cross_encoder_path"):
-        Retriever(bank, _FixedEmbedder([1, 0, 0]), RetrievalConfig(stage3="cross_encoder"))
+        Retriever(bank, _FixedEmbedder([1, 0, 0]), paper(RetrievalConfig, stage3="cross_encoder"))
     with pytest.raises(FileNotFoundError, match="config.json"):
         Retriever(
             bank,
             _FixedEmbedder([1, 0, 0]),
-            RetrievalConfig(stage3="cross_encoder", cross_encoder_path=str(tmp_path)),
+            paper(RetrievalConfig, stage3="cross_encoder", cross_encoder_path=str(tmp_path)),
         )
 
 
 def test_bad_config_is_named() -> None:
     with pytest.raises(ValueError, match="method.retrieval.stage1"):
-        RetrievalConfig(stage1="sparse")
-    with pytest.raises(ValueError, match="unknown keys"):
-        RetrievalConfig.from_dict({"topk": 3})
+        paper(RetrievalConfig, stage1="sparse")
+    with pytest.raises(ValueError, match=r"unknown key\(s\) method\.retrieval\.topk"):
+        paper(RetrievalConfig, **{"topk": 3})
     with pytest.raises(ValueError, match="unknown link types"):
-        RetrievalConfig(priority=("causal",))
+        paper(RetrievalConfig, priority=("causal",))
 
 
 def test_top_positions_breaks_ties_by_position() -> None:
@@ -271,7 +276,7 @@ def test_fused_stage3_scores_an_archived_unit_on_the_pool_scale() -> None:
     bank, ids = _bank_from([[1, 0, 0], [0.6, 0.8, 0], [0, 1, 0], [0, 0, 1]], texts=texts)
     bank.add_link("version", ids[2], ids[0])
     bank.archive(ids[0])  # off the surface: reached only through its version link
-    cfg = RetrievalConfig(k=1, L=5, H=1, K=4, stage1="fused", stage3="stage1", fuse_weight=0.6)
+    cfg = paper(RetrievalConfig, k=1, L=5, H=1, K=4, stage1="fused", stage3="stage1", fuse_weight=0.6)
     r = Retriever(bank, _FixedEmbedder([1, 0, 0]), cfg)
     res = r.retrieve("apple")
     visible = [ids[1], ids[2], ids[3]]

@@ -31,15 +31,11 @@ def _resources(tmp_path: Path) -> Resources:
 
 
 def _method_cfg(**atc: Any) -> dict[str, Any]:
-    cfg = OmegaConf.to_container(OmegaConf.load(CONFIGS / "method" / "allmem.yaml").method)
-    cfg.pop("_target_"), cfg.pop("name")
-    cfg.pop("bank_cache"), cfg.pop("probe")  # interpolated from run.* (paper targets); off here
-    cfg["atc"] = {"enabled": False, "every_sessions": 3} | atc
-    return cfg
+    return {"atc": {"enabled": False, "every_sessions": 3} | atc}
 
 
 def test_lifecycle_retrieve_and_stats(tmp_path) -> None:
-    system = AllMem(resources=_resources(tmp_path), **_method_cfg())
+    system = AllMem.from_config(_resources(tmp_path), **_method_cfg())
     stream_sessions(system, SESSIONS)
     res = system.retrieve("Who adopted a puppy?")
     assert res.units and len(res.units) <= 16
@@ -56,7 +52,9 @@ def test_lifecycle_retrieve_and_stats(tmp_path) -> None:
 
 
 class _RecordingATC:
-    def __init__(self, bank: Any, llm: Any, embedder: Any, cfg: dict, run_dir: Path) -> None:
+    def __init__(
+        self, bank: Any, llm: Any, embedder: Any, cfg: Any, run_dir: Path, embed_format: str
+    ) -> None:
         self.bank, self.cfg, self.events = bank, cfg, []
 
     def on_write(self, uid: str) -> None:
@@ -81,10 +79,10 @@ def test_atc_hooks_fire_in_stream_order(tmp_path, monkeypatch) -> None:
     fake = types.ModuleType("allmem.memory.atc")
     fake.build_consolidator = _RecordingATC  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "allmem.memory.atc", fake)
-    system = AllMem(resources=_resources(tmp_path), **_method_cfg(enabled=True, theta=0.9))
+    system = AllMem.from_config(_resources(tmp_path), **_method_cfg(enabled=True, theta=0.9))
     stream_sessions(system, SESSIONS)
     atc = system.consolidator
-    assert atc.cfg["theta"] == 0.9
+    assert atc.cfg.theta == 0.9
     expected: list[tuple] = []
     uid = 0
     for texts in SESSIONS:
@@ -99,12 +97,12 @@ def test_atc_hooks_fire_in_stream_order(tmp_path, monkeypatch) -> None:
 
 
 def test_system_save_load_round_trip(tmp_path) -> None:
-    a = AllMem(resources=_resources(tmp_path), **_method_cfg())
+    a = AllMem.from_config(_resources(tmp_path), **_method_cfg())
     stream_sessions(a, SESSIONS)
     queries = ["red bike", "puppy", "hiking Alps", "Mont Blanc"]
     before = [[(u.id, u.score, u.source_ids) for u in a.retrieve(q).units] for q in queries]
     a.save(tmp_path / "bank")
-    b = AllMem(resources=_resources(tmp_path), **_method_cfg())
+    b = AllMem.from_config(_resources(tmp_path), **_method_cfg())
     b.load(tmp_path / "bank")
     after = [[(u.id, u.score, u.source_ids) for u in b.retrieve(q).units] for q in queries]
     assert after == before

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from allmem.defaults import paper
 from allmem.embed import HashEmbedder
 from allmem.memory.bank import MemoryBank
 from allmem.memory.units import descriptor_text
@@ -24,7 +25,12 @@ def _write(batch_turns: int, **cfg) -> tuple[MemoryBank, list[str], OnlineWriter
     bank = MemoryBank(dim=64, d_sigma=cfg.pop("d_sigma", 8))
     seen: list[str] = []
     w = OnlineWriter(
-        bank, HashEmbedder(), None, WriteConfig(batch_turns=batch_turns, **cfg), echo_describe, seen.append
+        bank,
+        HashEmbedder(),
+        None,
+        paper(WriteConfig, batch_turns=batch_turns, **cfg),
+        echo_describe,
+        seen.append,
     )
     for t in make_turns(TEXTS):
         w.add(t)
@@ -78,7 +84,9 @@ def test_batching_gives_the_same_bank_as_turn_by_turn() -> None:
 
 def test_archived_units_are_not_linked_semantically() -> None:
     bank = MemoryBank(dim=64)
-    w = OnlineWriter(bank, HashEmbedder(), None, WriteConfig(batch_turns=1, sem_threshold=0.1), echo_describe)
+    w = OnlineWriter(
+        bank, HashEmbedder(), None, paper(WriteConfig, batch_turns=1, sem_threshold=0.1), echo_describe
+    )
     turns = make_turns(["Ann hiking Alps", "Ann hiking Alps again"])
     w.add(turns[0])
     bank.archive("u000000")
@@ -89,7 +97,7 @@ def test_archived_units_are_not_linked_semantically() -> None:
 
 def test_descriptor_failure_falls_back_and_is_counted() -> None:
     bank = MemoryBank(dim=64)
-    w = OnlineWriter(bank, HashEmbedder(), None, WriteConfig(), failing_describe)
+    w = OnlineWriter(bank, HashEmbedder(), None, paper(WriteConfig), failing_describe)
     turn = make_turns(["  I  saw\n a   fox "], speaker="Ann")[0]
     w.add(turn)
     w.flush()

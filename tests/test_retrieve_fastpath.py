@@ -14,6 +14,7 @@ from datetime import timedelta
 import numpy as np
 import pytest
 
+from allmem.defaults import paper
 from allmem.memory.bank import LINK_TYPES, MemoryBank
 from allmem.memory.fusion import top_positions
 from allmem.memory.lexical import BM25Params, BM25Scorer
@@ -141,7 +142,7 @@ def test_variant_retriever_reused_across_bank_growth_matches_a_fresh_one() -> No
 
     rng = np.random.default_rng(6)
     bank = _random_bank(rng, 40)
-    cfg = RetrievalConfig(
+    cfg = paper(RetrievalConfig,
         k=3, L=12, H=2, K=30, stage1="fused", stage3="neighbour", directions="both", fill=True, fuse_depth=10,
         priority=("temporal", "version", "sibling", "semantic"), date_weight=0.3,
         neighbour=((REPLY, 0.8), ("temporal", 0.1), ("semantic", 0.2), ("sibling", 0.3)),

@@ -48,7 +48,7 @@ def api_key(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def make(stub: StubLLM, tmp_path: Path, **over):  # noqa: ANN201 - returns allmem.llm.LLM
     cfg = {
-        "backend": "openai", "model": "gpt-4o-mini", "base_url": stub.base_url, "api_key_env": "TRUST_KEY",
+        "_target_": "allmem.llm.openai_backend.OpenAIBackend", "backend": "openai", "model": "gpt-4o-mini", "base_url": stub.base_url, "api_key_env": "TRUST_KEY",
         "timeout_s": 10, "max_retries": 2, "backoff_base_s": 0.01, "backoff_max_s": 0.05, "max_concurrency": 1,
         "rpm": None, "tpm": None, "breaker_after": 0, "cache": {"enabled": True, "path": "responses.sqlite"},
     } | over  # fmt: skip
@@ -207,7 +207,9 @@ def test_a_long_pacing_wait_is_announced(caplog):
 )
 def test_validate_llm_config_names_the_field(key, value, needle):
     with pytest.raises(LLMError) as err:
-        validate_llm_config({"backend": "openai", key: value})
+        validate_llm_config(
+            {"_target_": "allmem.llm.openai_backend.OpenAIBackend", "backend": "openai", key: value}
+        )
     assert str(err.value) == needle
 
 

@@ -6,6 +6,8 @@ roles (``allmem.llm.roles``) with it. See ``allmem/llm/README.md`` for the confi
 
 from __future__ import annotations
 
+import importlib
+import inspect
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -41,12 +43,10 @@ __all__ = [
     "validate_llm_config",
 ]
 
-BACKENDS = ("offline", "openai", "replay", "scripted")  # scripted: a test fake (allmem/llm/scripted.py)
-_KNOWN = {
-    "backend", "model", "base_url", "api_key_env", "temperature", "timeout_s", "connect_timeout_s", "max_retries",
-    "backoff_base_s", "backoff_max_s", "max_concurrency", "rpm", "tpm", "cache", "judge", "dry_run", "replay_of",
-    "prices", "script", "fallback", "breaker_after", "try_timeout_s", "call_timeout_s",
-}  # fmt: skip
+# The client's own keys; every other key of the ``llm`` node is an argument of the backend class its ``_target_``
+# names (``configs/llm/*.yaml``), so a backend added later declares its settings by its constructor alone.
+CLIENT_KEYS = frozenset({"_target_", "backend", "temperature", "max_concurrency", "breaker_after", "cache", "judge",
+                         "dry_run", "prices"})  # fmt: skip
 # Positive numbers (None allowed where the value means "unlimited"); checked before a run directory exists.
 _POSITIVE = {"timeout_s": False, "connect_timeout_s": False, "try_timeout_s": False, "call_timeout_s": False,
              "max_concurrency": False, "rpm": True, "tpm": True}  # fmt: skip
@@ -101,50 +101,20 @@ def build_llm(
     """
     cfg = _as_dict(cfg_llm)
     validate_llm_config(cfg)
-    unknown = sorted(k for k in cfg if k not in _KNOWN and not str(k).startswith("_"))
+    factory = _backend_class(cfg)
+    params = {n: p for n, p in inspect.signature(factory).parameters.items() if n != "self"}
+    unknown = sorted(k for k in cfg if k not in CLIENT_KEYS and k not in params)
     if unknown:
         raise LLMError(
-            f"llm config: unknown field(s) {', '.join('llm.' + k for k in unknown)}; known: {sorted(_KNOWN)}"
+            f"llm config: unknown field(s) {', '.join('llm.' + k for k in unknown)}; "
+            f"{cfg['_target_']} takes: {', '.join(params)}"
         )
-    backend_name = cfg.get("backend", "offline")
-    if backend_name not in BACKENDS:
-        raise LLMError(f"llm.backend: {backend_name!r} is not one of {BACKENDS}")
-    model = str(cfg.get("model") or (backend_name if backend_name in ("offline", "scripted") else ""))
-    if not model:
-        raise LLMError(f"llm.model: required for backend {backend_name}")
+    missing = [n for n, p in params.items() if p.default is inspect.Parameter.empty and n not in cfg]
+    if missing:
+        raise LLMError(f"llm.{missing[0]}: required for backend {cfg.get('backend') or cfg['_target_']}")
+    backend = factory(**{k: v for k, v in cfg.items() if k in params})
     judge = dict(cfg.get("judge") or {})
     cache_cfg = dict(cfg.get("cache") or {})
-
-    if backend_name == "offline":
-        from allmem.llm.offline import OfflineBackend
-
-        backend: Any = OfflineBackend(model=model)
-    elif backend_name == "openai":
-        from allmem.llm.openai_backend import OpenAIBackend
-
-        backend = OpenAIBackend(
-            model=model,
-            base_url=str(cfg.get("base_url") or ""),
-            api_key_env=str(cfg.get("api_key_env") or ""),
-            timeout_s=float(cfg.get("timeout_s", 60)),
-            connect_timeout_s=float(cfg.get("connect_timeout_s", 5)),
-            max_retries=int(cfg.get("max_retries", 4)),
-            try_timeout_s=float(cfg.get("try_timeout_s", 120)),
-            call_timeout_s=float(cfg.get("call_timeout_s", 600)),
-            backoff_base_s=float(cfg.get("backoff_base_s", 1.0)),
-            backoff_max_s=float(cfg.get("backoff_max_s", 60.0)),
-            max_concurrency=int(cfg.get("max_concurrency", 4)),
-            rpm=cfg.get("rpm"),
-            tpm=cfg.get("tpm"),
-        )
-    elif backend_name == "scripted":
-        from allmem.llm.scripted import ScriptedBackend
-
-        backend = ScriptedBackend(cfg.get("script"), str(cfg.get("fallback") or "error"), model=model)
-    else:
-        from allmem.llm.openai_backend import ReplayBackend
-
-        backend = ReplayBackend(model=model, of=str(cfg.get("replay_of") or "openai"))
 
     cache = ResponseCache(
         _cache_path(cache_cfg.get("path"), cache_dir), enabled=bool(cache_cfg.get("enabled", True))
@@ -165,6 +135,18 @@ def build_llm(
         info={k: v for k, v in info.items() if v},
         breaker_after=int(cfg.get("breaker_after", 3)),
     )
+
+
+def _backend_class(cfg: Mapping[str, Any]) -> Any:
+    """The class ``llm._target_`` names (the live config only: a stored run config is never built)."""
+    target = str(cfg.get("_target_") or "")
+    module, _, name = target.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        raise LLMError(
+            f"llm._target_: {target!r} is not an importable backend class (configs/llm/*.yaml)"
+        ) from None
 
 
 def cache_path(cfg_llm: Any, cache_dir: str | Path | None = None) -> Path:

@@ -304,9 +304,9 @@ class ReplayBackend:
     name = "replay"
     makes_network_calls = False
 
-    def __init__(self, model: str, of: str = "openai", can_judge: bool = True) -> None:
+    def __init__(self, model: str, replay_of: str = "openai", can_judge: bool = True) -> None:
         self.model = model
-        self.of = of
+        self.of = replay_of  # llm.replay_of: the backend whose recorded replies are answered
         self.can_judge = can_judge
 
     def cache_identity(self) -> str:

@@ -16,7 +16,7 @@ import statistics
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -28,23 +28,15 @@ from allmem.memory.vector import SurfaceIndex
 class ProbeConfig:
     """``method.probe``: ``queries`` vectors per checkpoint (0 = off), top-``k``, each timed ``repeats`` times."""
 
-    queries: int = 0
-    k: int = 10
-    repeats: int = 20
+    WHERE: ClassVar[str] = "method.probe"  # its node in the config; values: configs/method/allmem.yaml
+
+    queries: int
+    k: int
+    repeats: int
 
     def __post_init__(self) -> None:
         if self.queries < 0 or self.k < 1 or self.repeats < 1:
             raise ValueError(f"method.probe: queries >= 0, k >= 1, repeats >= 1 (got {self})")
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> ProbeConfig:
-        d = dict(d or {})
-        unknown = sorted(set(d) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise ValueError(
-                f"method.probe: unknown keys {unknown}; known: {sorted(cls.__dataclass_fields__)}"
-            )
-        return cls(**{k: int(v) for k, v in d.items()})
 
 
 def _time_ms(index: SurfaceIndex, queries: np.ndarray, k: int, repeats: int) -> list[float]:

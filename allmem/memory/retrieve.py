@@ -20,10 +20,10 @@ story) rise above a weak anchor: the topology then changes the ranking, which is
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -51,36 +51,38 @@ STAGE3 = ("cosine", "stage1", "cross_encoder", "neighbour")
 class RetrievalConfig:
     """Retrieval budgets and switches. Defaults are the paper's best sweep point (K=16, k=10, L=40, H=2)."""
 
-    k: int = 10
-    L: int = 40
-    K: int = 16
-    H: int = 2
-    stage1: str = "dense"
-    stage3: str = "cosine"
-    surface: str = "visible"  # "full": the search-the-full-bank ablation
-    expand: bool = True  # False: the no-expansion ablation (candidates = anchors)
-    type_priority: bool = True  # False: links followed in creation order whatever their type
-    priority: tuple[str, ...] = ("version", "sibling", "semantic", "temporal")
-    link_types: tuple[str, ...] = LINK_TYPES  # types Stage 2 may follow (ref: sibling and version only)
-    directions: str = "out"  # "out": follow links forward (the paper's directed graph); "both": ref
-    rrf_k: int = 60
-    rrf_depth: int = 50  # per-scorer list depth fused by hybrid Stage 1
-    bm25_field: str = "descriptor"
-    bm25_k1: float = 1.2
-    bm25_b: float = 0.75
-    fuse_weight: float = 0.5  # fused: share of the lexical channel (1 - weight: dense)
-    fuse_depth: int = 100  # fused: each channel's top list; their union is the pool normalised and ranked
-    query_max_df: float | None = (
-        None  # words in more than this share of units are not embedded (see dense_query)
-    )
-    neighbour: tuple[tuple[str, float], ...] = ()  # Stage 3 neighbour: weight per link type, link u -> c
-    neighbour_back: tuple[tuple[str, float], ...] = ()  # ... and for a link c -> u (walked backwards)
-    date_weight: float = 0.0  # fused: added to the score of units dated in a month / year the query names
-    fill: bool = False  # after Stage 3, the rest of the Stage 1 pool by its score, up to K units in all
-    cross_encoder_path: str | None = None
+    WHERE: ClassVar[str] = "method.retrieval"  # its node in the config; values: configs/method/allmem.yaml
+
+    k: int
+    L: int
+    K: int
+    H: int
+    stage1: str
+    stage3: str
+    surface: str  # "full": the search-the-full-bank ablation
+    expand: bool  # False: the no-expansion ablation (candidates = anchors)
+    type_priority: bool  # False: links followed in creation order whatever their type
+    priority: tuple[str, ...]
+    link_types: tuple[str, ...]  # types Stage 2 may follow (ref: sibling and version only)
+    directions: str  # "out": follow links forward (the paper's directed graph); "both": ref
+    rrf_k: int
+    rrf_depth: int  # per-scorer list depth fused by hybrid Stage 1
+    bm25_field: str
+    bm25_k1: float
+    bm25_b: float
+    fuse_weight: float  # fused: share of the lexical channel (1 - weight: dense)
+    fuse_depth: int  # fused: each channel's top list; their union is the pool normalised and ranked
+    query_max_df: float | None  # words in more than this share of units are not embedded (see dense_query)
+    neighbour: tuple[tuple[str, float], ...]  # Stage 3 neighbour: weight per link type, link u -> c
+    neighbour_back: tuple[tuple[str, float], ...]  # ... and for a link c -> u (walked backwards)
+    date_weight: float  # fused: added to the score of units dated in a month / year the query names
+    fill: bool  # after Stage 3, the rest of the Stage 1 pool by its score, up to K units in all
+    cross_encoder_path: str | None
 
     def __post_init__(self) -> None:
         where = "method.retrieval"
+        for name in ("neighbour", "neighbour_back"):  # null clears a weight map an included file set
+            object.__setattr__(self, name, getattr(self, name) or ())
         if self.stage1 not in STAGE1:
             raise ValueError(f"{where}.stage1 must be one of {STAGE1}, got {self.stage1!r}")
         if self.stage3 not in STAGE3:
@@ -120,23 +122,6 @@ class RetrievalConfig:
                 "that scale: stage3 stage1 or neighbour (or dense + cosine), and stage1 not hybrid (RRF)"
             )
         BM25Params(self.bm25_k1, self.bm25_b)  # validates
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> RetrievalConfig:
-        d = dict(d or {})
-        for key in ("priority", "link_types"):
-            if key in d and d[key] is not None:
-                d[key] = tuple(d[key])
-        for key in ("neighbour", "neighbour_back"):
-            if isinstance(d.get(key), Mapping):
-                d[key] = tuple((str(t), float(w)) for t, w in d[key].items())
-            elif key in d and d[key] is None:
-                d.pop(key)
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"method.retrieval: unknown keys {unknown}; known: {sorted(known)}")
-        return cls(**d)
 
     @property
     def uses_bm25(self) -> bool:

@@ -15,11 +15,13 @@ import inspect
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from allmem.defaults import from_node, method_node, plain
+from allmem.memory.atc.config import ATCConfig
 from allmem.memory.bank import MemoryBank
 from allmem.memory.bank_cache import BankCache, Expectation, event_digest, ingest_key
 from allmem.memory.persist import load_bank, save_bank
@@ -33,17 +35,12 @@ from allmem.types import RetrievalResult, Retrieved, SessionInfo, Turn
 log = logging.getLogger("allmem.memory")
 
 
-def _plain(node: Any) -> dict[str, Any]:
-    """Hydra hands nested config either as DictConfig or (via the runner) as a plain dict: accept both."""
-    if node is None:
-        return {}
-    if isinstance(node, Mapping):
-        return {k: _plain(v) if isinstance(v, Mapping) else v for k, v in node.items()}
-    from omegaconf import OmegaConf
+@dataclass(frozen=True)
+class LinkConfig:
+    """``method.links``: ``d_sigma`` caps a unit's semantic out-degree (null: no cap)."""
 
-    out = OmegaConf.to_container(node, resolve=True)
-    assert isinstance(out, dict)
-    return out
+    WHERE: ClassVar[str] = "method.links"
+    d_sigma: int | None
 
 
 def _atc_factory(enabled: bool) -> Any:
@@ -74,31 +71,32 @@ class AllMem(MemorySystem):
 
     def __init__(
         self,
-        resources: Resources | None = None,
-        links: Mapping[str, Any] | None = None,
-        write: Mapping[str, Any] | None = None,
-        retrieval: Mapping[str, Any] | None = None,
-        vector: Mapping[str, Any] | None = None,
-        atc: Mapping[str, Any] | None = None,
-        recover_mode: str = "directed",
-        save_banks: bool = False,
+        resources: Resources | None,
+        links: Mapping[str, Any],
+        write: Mapping[str, Any],
+        retrieval: Mapping[str, Any],
+        vector: Mapping[str, Any],
+        atc: Mapping[str, Any],
+        recover_mode: str,
+        save_banks: bool,
+        probe: Mapping[str, Any],
+        *,
         bank_cache: str | Path | None = None,
-        probe: Mapping[str, Any] | None = None,
+        probe_queries: int = 0,
     ) -> None:
+        """The settings are the ``method`` node of ``configs/method/allmem*.yaml`` (library code without Hydra:
+        ``AllMem.from_config(resources, retrieval={"K": 8})``). ``bank_cache`` and ``probe_queries`` are
+        ``run.bank_cache`` / ``run.probe_queries``, which the runner passes (off when not given)."""
         super().__init__(resources)
-        links_cfg = _plain(links)
-        self.d_sigma: int | None = links_cfg.pop("d_sigma", 8)
-        unknown = sorted(links_cfg)
-        if unknown:
-            raise ValueError(f"method.links: unknown keys {unknown}; known: ['d_sigma']")
-        self.write_cfg = WriteConfig.from_dict(_plain(write))
-        self.retrieval_cfg = RetrievalConfig.from_dict(_plain(retrieval))
-        self.vector_cfg = _plain(vector)
-        self.atc_cfg = _plain(atc)
-        self.atc_enabled = bool(self.atc_cfg.get("enabled", False))
+        self.d_sigma = from_node(LinkConfig, links, LinkConfig.WHERE).d_sigma
+        self.write_cfg = from_node(WriteConfig, write, WriteConfig.WHERE)
+        self.retrieval_cfg = from_node(RetrievalConfig, retrieval, RetrievalConfig.WHERE)
+        self.vector_cfg = plain(vector)
+        self.atc_cfg = from_node(ATCConfig, atc, ATCConfig.WHERE)
+        self.atc_enabled = self.atc_cfg.enabled
         self.recover_mode = recover_mode
         self.save_banks = save_banks
-        self.probe_cfg = ProbeConfig.from_dict(_plain(probe))
+        self.probe_cfg = from_node(ProbeConfig, {**plain(probe), "queries": probe_queries}, ProbeConfig.WHERE)
         if self.resources.embedder is None:
             raise ValueError("AllMem needs resources.embedder (allmem.embed.Embedder)")
         self.dialogue_id = ""
@@ -112,12 +110,30 @@ class AllMem(MemorySystem):
         self._ingest_s = 0.0
         self._reused: dict[str, Any] | None = None
 
+    @classmethod
+    def from_config(
+        cls,
+        resources: Resources,
+        name: str = "allmem",
+        *,
+        bank_cache: str | Path | None = None,
+        probe_queries: int = 0,
+        **changes: Any,
+    ) -> AllMem:
+        """All-Mem with the values of ``configs/method/<name>.yaml``, read without Hydra; each of ``changes``
+        replaces keys of one node (``atc={"theta": 0.5}``) or a value (``save_banks=True``)."""
+        node = method_node(name)
+        node.pop("_target_"), node.pop("name")
+        for key, value in changes.items():
+            node[key] = {**node[key], **value} if isinstance(value, Mapping) and key in node else value
+        return cls(resources, **node, bank_cache=bank_cache, probe_queries=probe_queries)
+
     def _ingest_key(self) -> str:
         """Everything that shapes the bank a stream leaves behind (retrieval and vector settings do not)."""
         settings = {
             "d_sigma": self.d_sigma,
             "write": asdict(self.write_cfg),
-            "atc": self.atc_cfg,
+            "atc": asdict(self.atc_cfg),
             "recover_mode": self.recover_mode,
             "probe": asdict(self.probe_cfg),
         }
@@ -150,6 +166,7 @@ class AllMem(MemorySystem):
             "embedder": self.resources.embedder,
             "cfg": self.atc_cfg,
             "run_dir": self.resources.run_dir,
+            "embed_format": self.write_cfg.embed_format,
         }
         params = inspect.signature(factory).parameters
         if "dialogue_id" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):

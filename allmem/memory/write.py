@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -36,13 +36,13 @@ class WriteConfig:
     """Online write settings. Semantic linking follows the authors' code: up to ``sem_per_insert`` most similar
     visible units at cosine >= ``sem_threshold``, linked both ways (the bank's d_sigma cap then applies)."""
 
-    sem_threshold: float = 0.65
-    sem_per_insert: int = 3
-    batch_turns: int = 64
-    embed_format: str = (
-        "paper"  # the descriptor layout z is computed from (allmem.memory.units.descriptor_text)
-    )
-    describe_workers: int = 1  # parallel descriptor calls within a batch (results are kept in stream order)
+    WHERE: ClassVar[str] = "method.write"  # its node in the config; values: configs/method/allmem.yaml
+
+    sem_threshold: float
+    sem_per_insert: int
+    batch_turns: int
+    embed_format: str  # the descriptor layout z is computed from (allmem.memory.units.descriptor_text)
+    describe_workers: int  # parallel descriptor calls within a batch (results are kept in stream order)
 
     def __post_init__(self) -> None:
         if self.embed_format not in EMBED_FORMATS:
@@ -53,16 +53,6 @@ class WriteConfig:
             raise ValueError(
                 "method.write: batch_turns and describe_workers must be >= 1, sem_per_insert >= 0"
             )
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> WriteConfig:
-        d = dict(d or {})
-        unknown = sorted(set(d) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise ValueError(
-                f"method.write: unknown keys {unknown}; known: {sorted(cls.__dataclass_fields__)}"
-            )
-        return cls(**d)
 
 
 def turn_record(turn: Turn) -> dict[str, Any]:

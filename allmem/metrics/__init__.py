@@ -17,8 +17,6 @@ from typing import Any
 
 from allmem.metrics.aggregate import summarise
 from allmem.metrics.protocols import (
-    DEFAULT_KS,
-    DEFAULT_TABLE_K,
     PROTOCOLS,
     Protocol,
     RecordError,
@@ -114,7 +112,7 @@ def score_file(path: str | Path, protocol: str | Protocol = "allmem") -> dict[st
 def protocol_for(path: Path, name: str | None, ks: str | None, table_k: int | None) -> Protocol:
     """The protocol to score ``path`` with: the run's own (``config.yaml`` beside it) unless overridden."""
     cfg_path = (path if path.is_dir() else path.parent) / "config.yaml"
-    node: dict[str, Any] = {"name": "allmem", "ks": list(DEFAULT_KS), "table_k": DEFAULT_TABLE_K}
+    node: dict[str, Any] = {"name": "allmem", "ks": None, "table_k": None}  # None: the configs' cut-offs
     if cfg_path.is_file():
         from allmem.rundir import read_config_data
 
@@ -123,7 +121,7 @@ def protocol_for(path: Path, name: str | None, ks: str | None, table_k: int | No
             {k: stored[k] for k in ("name", "ks", "table_k") if k in stored}
         )  # by name, never _target_
     if name is not None and name != node["name"]:
-        node = {"name": name, "ks": list(DEFAULT_KS), "table_k": DEFAULT_TABLE_K}
+        node = {"name": name, "ks": None, "table_k": None}
     if ks is not None:
         node["ks"] = [int(k) for k in ks.split(",") if k.strip()]
     if table_k is not None:

@@ -26,8 +26,6 @@ __all__ = [
     "NOT_MENTIONED", "PROTOCOLS", "VERDICTS", "Protocol", "RecordError", "as_protocol", "get_protocol", "validate_record",
 ]  # fmt: skip
 
-DEFAULT_KS: tuple[int, ...] = (1, 3, 5, 10)
-DEFAULT_TABLE_K = 5
 # The declining option of a two-option question, and what the offline reader answers when nothing supports an
 # answer (LoCoMo's evaluation code; PROTOCOL.md).
 NOT_MENTIONED = "Not mentioned in the conversation"
@@ -65,9 +63,9 @@ class Protocol:
     item (it is then left out of that metric's mean and its count).
     """
 
-    name: str = "allmem"
-    ks: tuple[int, ...] = DEFAULT_KS
-    table_k: int = DEFAULT_TABLE_K
+    name: str
+    ks: tuple[int, ...]  # the cut-offs of R@k / N@k; stated once, in configs/config.yaml (protocol.ks)
+    table_k: int
     # LoCoMo categories asked as a two-option question (LoCoMo's own code asks category 5 so too).
     option_categories: ClassVar[tuple[int, ...]] = (5,)
 
@@ -166,8 +164,6 @@ class Mem0Protocol(Protocol):
     numbers stay comparable across protocols. Items without a category (LongMemEval) are kept.
     """
 
-    name: str = "mem0"
-
     def includes(self, record: Mapping[str, Any]) -> bool:
         return record.get("category") != 5
 
@@ -202,8 +198,6 @@ class LocomoProtocol(Protocol):
     Retrieval, which the official scorer measures only as context recall, uses the allmem R@k/N@k.
     """
 
-    name: str = "locomo"
-
     def qa_names(self) -> list[str]:
         return ["f1"]
 
@@ -225,8 +219,6 @@ class LongMemEvalProtocol(Protocol):
     Every question counts for the judge; abstention questions (``_abs``) are skipped for retrieval, as in
     the official script, so their retrieval values are None.
     """
-
-    name: str = "longmemeval"
 
     def judge_template(self, record: Any) -> str:
         """LongMemEval's official per-type prompts."""
@@ -270,10 +262,17 @@ PROTOCOLS: dict[str, type[Protocol]] = {
 }
 
 
-def get_protocol(name: str, ks: Sequence[int] = DEFAULT_KS, table_k: int = DEFAULT_TABLE_K) -> Protocol:
-    """Build a protocol by name (also the ``_target_`` of ``configs/protocol/*.yaml``)."""
+def get_protocol(name: str, ks: Sequence[int] | None = None, table_k: int | None = None) -> Protocol:
+    """Build a protocol by name (also the ``_target_`` of ``configs/protocol/*.yaml``). ``ks`` / ``table_k`` left
+    out: the values of ``configs/config.yaml`` (``allmem.defaults.cutoffs``), the one place they are stated."""
     if name not in PROTOCOLS:
         raise ValueError(f"unknown protocol {name!r}; choose one of {sorted(PROTOCOLS)}")
+    if ks is None or table_k is None:
+        from allmem.defaults import cutoffs
+
+        default_ks, default_table_k = cutoffs()
+        ks = default_ks if ks is None else ks
+        table_k = default_table_k if table_k is None else table_k
     ks_t = tuple(int(k) for k in ks)
     if not ks_t or any(k < 1 for k in ks_t):
         raise ValueError(f"protocol ks must be positive integers, got {list(ks)!r}")
@@ -295,7 +294,5 @@ def as_protocol(protocol: str | Protocol | Any) -> Protocol:
         node = dict(protocol)
         if "name" not in node:
             raise ValueError(f"protocol config has no name: {sorted(map(str, node))}")
-        return get_protocol(
-            str(node["name"]), node.get("ks", DEFAULT_KS), node.get("table_k", DEFAULT_TABLE_K)
-        )
+        return get_protocol(str(node["name"]), node.get("ks"), node.get("table_k"))
     raise TypeError(f"not a protocol: {protocol!r}")

@@ -76,10 +76,10 @@ class ExtractiveGenerator:
     def __init__(
         self,
         embedder: Any,
-        when_bonus: float = 0.1,
-        yes_no_answer: str = "Yes",
-        multi_spans: int = 2,
-        max_span_words: int = spans.MAX_WORDS,
+        when_bonus: float,
+        yes_no_answer: str,
+        multi_spans: int,
+        max_span_words: int,
     ) -> None:
         if embedder is None:
             raise ValueError("ExtractiveGenerator needs an embedder (configs/embedder)")

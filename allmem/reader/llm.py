@@ -83,7 +83,7 @@ def match_option(text: str, options: tuple[str, ...]) -> str:
 class LLMGenerator:
     """Answers an ``AnswerRequest`` through ``llm.chat`` (phase ``generate``).
 
-    ``extractive``: keyword arguments for ``ExtractiveGenerator`` (used only by the offline backend).
+    ``extractive``: the ``ExtractiveGenerator`` settings (``configs/generator/extractive.yaml``; offline backend only).
     ``max_tokens``: reply cap sent to the model (part of the cache key).
     """
 
@@ -92,15 +92,16 @@ class LLMGenerator:
     def __init__(
         self,
         llm: Any,
-        embedder: Any = None,
-        extractive: dict[str, Any] | None = None,
-        max_tokens: int | None = 200,
+        embedder: Any,
+        extractive: dict[str, Any],
+        max_tokens: int | None,
     ) -> None:
         if llm is None:
             raise ValueError("LLMGenerator needs llm= (build it with allmem.llm.build_llm(cfg.llm))")
         self.llm = llm
         self.embedder = embedder
-        self.extractive_kwargs = dict(extractive or {})
+        # generator.extractive: configs/generator/extractive.yaml (its _target_ is the class built below)
+        self.extractive_kwargs = {k: v for k, v in extractive.items() if k != "_target_"}
         self.max_tokens = max_tokens
         self._extractive: Any = None
 

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from typing import Any
-
-from allmem.memory.units import EMBED_FORMATS
+from dataclasses import dataclass
+from typing import ClassVar
 
 OPS: tuple[str, ...] = ("split", "merge", "update")  # also the fixed execution order
 
@@ -19,26 +16,27 @@ class ATCConfig:
     stream when ``at_stream_end``; ``enabled: false`` turns ATC off (the no-ATC ablation).
     """
 
-    enabled: bool = True
-    every_sessions: int | None = 3
-    every_turns: int | None = None
-    at_stream_end: bool = True
-    theta: float = 0.9
-    theta_split: float | None = None
-    theta_merge: float | None = None
-    theta_update: float | None = None
-    split: bool = True  # operator switches: the no-Split / no-Merge / no-Update ablations
-    merge: bool = True
-    update: bool = True
-    top_k: int = 10  # visible neighbours per local context (plus the temporal predecessor)
-    workers: int = 4  # diagnosis worker pool; results are gathered in buffer order
-    coherence_guard: bool = False  # the authors' code: skip a merge whose centroid coherence is below the min
-    coherence_min: float = 0.7
-    merge_phatic: bool = True  # offline diagnoser: merge fact-free utterances ("Thanks!") of one speaker
-    support_min: float = 0.5  # share of a plan's summary content words that must occur in its sources
-    n_keywords: int = 12
-    embed_format: str = "paper"  # must match method.write.embed_format (the string z is computed from)
-    max_merge_size: int = 8
+    WHERE: ClassVar[str] = "atc"  # its node in the config; values: configs/method/allmem.yaml
+
+    enabled: bool
+    every_sessions: int | None
+    every_turns: int | None
+    at_stream_end: bool
+    theta: float
+    theta_split: float | None
+    theta_merge: float | None
+    theta_update: float | None
+    split: bool  # operator switches: the no-Split / no-Merge / no-Update ablations
+    merge: bool
+    update: bool
+    top_k: int  # visible neighbours per local context (plus the temporal predecessor)
+    workers: int  # diagnosis worker pool; results are gathered in buffer order
+    coherence_guard: bool  # the authors' code: skip a merge whose centroid coherence is below the min
+    coherence_min: float
+    merge_phatic: bool  # offline diagnoser: merge fact-free utterances ("Thanks!") of one speaker
+    support_min: float  # share of a plan's summary content words that must occur in its sources
+    n_keywords: int
+    max_merge_size: int
 
     def __post_init__(self) -> None:
         for name in ("theta", "theta_split", "theta_merge", "theta_update", "coherence_min", "support_min"):
@@ -51,18 +49,6 @@ class ATCConfig:
                 raise ValueError(f"atc.{name} must be >= 1 or null, got {v}")
         if self.top_k < 1 or self.workers < 1 or self.max_merge_size < 2:
             raise ValueError("atc.top_k and atc.workers must be >= 1, atc.max_merge_size >= 2")
-        if self.embed_format not in EMBED_FORMATS:
-            raise ValueError(f"atc.embed_format must be one of {EMBED_FORMATS}, got {self.embed_format!r}")
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> ATCConfig:
-        """Build from the config node; unknown keys are an error naming ``atc.<key>``."""
-        d = dict(d or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"atc: unknown keys {['atc.' + k for k in unknown]}; known: {sorted(known)}")
-        return cls(**d)
 
     def threshold(self, op: str) -> float:
         """theta_op when set, else the shared theta."""

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from allmem.defaults import from_node
 from allmem.memory.atc.config import OPS, ATCConfig
 from allmem.memory.atc.drift import Calibration, UnitView
 from allmem.memory.atc.events import EventLog
@@ -67,8 +68,11 @@ class Consolidator:
         run_dir: str | Path | None = None,
         dialogue_id: str = "",
         roles: Any = None,
+        *,
+        embed_format: str,
     ) -> None:
         self.bank, self.llm, self.embedder, self.cfg = bank, llm, embedder, cfg
+        self.embed_format = embed_format
         self.dialogue_id = dialogue_id
         self.roles = roles
         self.log = EventLog(run_dir)
@@ -174,7 +178,9 @@ class Consolidator:
             "accepted": sum(len(q) for q in queues.values()), "dropped": dict(Counter(d.why.split(":")[0] for d in dropped)),
             "failed": dict(failures), "latency_ms": round(1000 * (t1 - t0), 3), **usage,
         })  # fmt: skip
-        executor = Executor(self.bank, self.llm, self.embedder, self.cfg, payload, roles)
+        executor = Executor(
+            self.bank, self.llm, self.embedder, self.cfg, payload, roles, embed_format=self.embed_format
+        )
         totals = [usage]
         for op in OPS:
             for target in queues[op]:
@@ -214,13 +220,16 @@ def build_consolidator(
     bank: MemoryBank,
     llm: Any,
     embedder: Any,
-    cfg: Mapping[str, Any] | ATCConfig | None,
+    cfg: Mapping[str, Any] | ATCConfig,
     run_dir: str | Path | None = None,
     dialogue_id: str = "",
     roles: Any = None,
+    *,
+    embed_format: str,
 ) -> Consolidator:
-    """The hook object ``AllMem`` drives (docs/METHOD.md, ATC). ``cfg`` is the ``atc:`` node."""
-    conf = cfg if isinstance(cfg, ATCConfig) else ATCConfig.from_dict(cfg)
+    """The hook object ``AllMem`` drives (docs/METHOD.md, ATC). ``cfg`` is the ``atc:`` node; ``embed_format`` is
+    ``method.write.embed_format`` (re-embedded descriptors use the online write's layout)."""
+    conf = cfg if isinstance(cfg, ATCConfig) else from_node(ATCConfig, cfg, ATCConfig.WHERE)
     if conf.enabled and llm is None:
         raise ValueError("atc.enabled=true needs an LLM client (resources.llm)")
-    return Consolidator(bank, llm, embedder, conf, run_dir, dialogue_id, roles)
+    return Consolidator(bank, llm, embedder, conf, run_dir, dialogue_id, roles, embed_format=embed_format)

@@ -96,6 +96,8 @@ class Executor:
         payload: Any = None,
         roles: Any = None,
         describe: Callable[..., Any] | None = None,
+        *,
+        embed_format: str,
     ) -> None:
         if roles is None:
             from allmem.memory.atc import roles as roles_mod
@@ -103,6 +105,7 @@ class Executor:
             roles = roles_mod
         self.bank, self.llm, self.embedder, self.cfg, self.payload = bank, llm, embedder, cfg, payload
         self.roles = roles
+        self.embed_format = embed_format  # method.write.embed_format: re-embedded units match the write path
         self.describe = describe or default_describe()
         self.modified: set[str] = set()
 
@@ -122,7 +125,7 @@ class Executor:
         return None
 
     def _embed(self, descriptors: Sequence[tuple[str, Sequence[str]]]) -> np.ndarray:
-        texts = [descriptor_text(s, list(k), self.cfg.embed_format) for s, k in descriptors]
+        texts = [descriptor_text(s, list(k), self.embed_format) for s, k in descriptors]
         return np.asarray(self.embedder.encode(texts), dtype=np.float32)
 
     def _rewire(self, sources: Sequence[str], targets: Sequence[str]) -> None:

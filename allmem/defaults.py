@@ -1,0 +1,108 @@
+"""The one home of every default is ``configs/``; code builds its settings from a config node, never guesses one.
+
+Why: when the YAML and the dataclasses both held defaults they drifted, and keeping them equal took a validator
+per dataclass and sync tests. Now the settings dataclasses (``WriteConfig``, ``RetrievalConfig``, ``ATCConfig``,
+``ProbeConfig``) declare no defaults and are built by ``from_node``, which names every unknown and every missing
+key in one line. A run gets its nodes from Hydra's composed config; library code without Hydra gets the paper's
+values with ``method_node("allmem")`` (``configs/method/allmem.yaml`` read with OmegaConf alone) and changes what
+it needs: ``paper(RetrievalConfig, K=4)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import fields
+from functools import cache
+from pathlib import Path
+from typing import Any, TypeVar
+
+from omegaconf import DictConfig, OmegaConf
+
+from allmem.errors import ConfigError
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+T = TypeVar("T")
+
+
+def plain(node: Any) -> dict[str, Any]:
+    """A config node (DictConfig, mapping or None) as a resolved plain dict."""
+    if node is None:
+        return {}
+    if isinstance(node, DictConfig):
+        out = OmegaConf.to_container(node, resolve=True)
+        assert isinstance(out, dict)
+        return out
+    if isinstance(node, Mapping):
+        return {k: plain(v) if isinstance(v, Mapping | DictConfig) else v for k, v in node.items()}
+    raise ConfigError(f"expected a mapping, got {type(node).__name__}")
+
+
+def _value(value: Any) -> Any:
+    """YAML lists become tuples and mappings become ``(key, value)`` pairs: the dataclasses are frozen and hashable."""
+    if isinstance(value, list):
+        return tuple(value)
+    if isinstance(value, Mapping):
+        return tuple(value.items())
+    return value
+
+
+def from_node(cls: type[T], node: Any, where: str) -> T:
+    """``cls`` from a config node holding exactly its fields; otherwise one ``ConfigError`` naming the keys."""
+    data = plain(node)
+    names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+    unknown = sorted(f"{where}.{k}" for k in data if k not in names)
+    missing = [f"{where}.{n}" for n in names if n not in data]
+    if unknown or missing:
+        parts = [f"unknown key(s) {', '.join(unknown)}" if unknown else "",
+                 f"missing key(s) {', '.join(missing)}" if missing else ""]  # fmt: skip
+        raise ConfigError(f"{'; '.join(p for p in parts if p)} (its keys: {', '.join(names)})")
+    return cls(**{n: _value(data[n]) for n in names})
+
+
+@cache
+def _load(name: str) -> dict[str, Any]:
+    path = CONFIG_DIR / "method" / f"{name}.yaml"
+    if not path.is_file():
+        raise ConfigError(f"no method config {path}")
+    raw = OmegaConf.load(path)
+    merged = OmegaConf.create()
+    for entry in raw.get(
+        "defaults", ["_self_"]
+    ):  # a method file includes its base (allmem_ref: [allmem, _self_])
+        merged = OmegaConf.merge(merged, raw if entry == "_self_" else OmegaConf.create(_load(str(entry))))
+    merged.pop("defaults", None)
+    out = OmegaConf.to_container(merged, resolve=False)
+    assert isinstance(out, dict)
+    return out
+
+
+def group_node(group: str, option: str) -> dict[str, Any]:
+    """``configs/<group>/<option>.yaml`` (a file without a defaults list) as keyword arguments: no ``_target_``."""
+    node = plain(OmegaConf.load(CONFIG_DIR / group / f"{option}.yaml"))
+    node.pop("_target_", None)
+    return node
+
+
+def method_node(name: str = "allmem") -> dict[str, Any]:
+    """The resolved ``method`` node of ``configs/method/<name>.yaml`` (its ``atc`` inlined), without Hydra."""
+    node = plain(OmegaConf.create(_load(name)))
+    return (
+        node["method"] if "method" in node else node
+    )  # All-Mem files are global (method: + atc:); others not
+
+
+def paper(cls: type[T], name: str = "allmem", **changes: Any) -> T:
+    """A settings dataclass with the values of ``configs/method/<name>.yaml`` and ``changes`` on top."""
+    where = cls.WHERE  # "method.retrieval", "atc", ...
+    node: Any = method_node(name)
+    for part in where.split(".")[1:] if where.startswith("method.") else [where]:
+        node = node[part]
+    return from_node(cls, {**node, **changes}, where)
+
+
+@cache
+def cutoffs() -> tuple[tuple[int, ...], int]:
+    """``protocol.ks`` and ``protocol.table_k`` of ``configs/config.yaml``: every protocol's R@k / N@k cut-offs,
+    for scoring outside a run (``allmem score --protocol mem0``) and for library code."""
+    node = OmegaConf.load(CONFIG_DIR / "config.yaml").protocol
+    return tuple(int(k) for k in node.ks), int(node.table_k)
