@@ -54,7 +54,9 @@ def test_point_instantiates_and_answers_on_a_tiny_dialogue(
     assert result.units, f"{experiment} {point}: nothing retrieved"
     assert pack(result.units, int(cfg.budget.tokens)).used_tokens <= int(cfg.budget.tokens)
     if cfg.method.name.startswith("allmem") and cfg.get("atc") is not None and cfg.atc.enabled:
-        assert Path(cfg.run.bank_cache).is_relative_to(tmp_path), "paper runs keep banks under paths.cache_dir"
+        assert Path(cfg.run.bank_cache).is_relative_to(tmp_path), (
+            "paper runs keep banks under paths.cache_dir"
+        )
         assert int(cfg.run.probe_queries) > 0
 
 
