@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterator
 from datetime import datetime
+from itertools import islice
 from os import PathLike
 from pathlib import Path
 from typing import Any
 
 from allmem.types import Dialogue, Question, Session, Turn
-from benchmarks.errors import DatasetError, Where, parse_json
+from benchmarks.errors import DatasetError, Where, iter_json_array
 
 log = logging.getLogger(__name__)
 
@@ -37,27 +39,32 @@ def parse_longmemeval_date(text: str) -> datetime:
         raise ValueError(f"cannot parse date {text!r}") from None
 
 
-def load_longmemeval(path: str | PathLike[str]) -> list[Dialogue]:
-    """All questions of a LongMemEval file (a JSON list of question records, the official format)."""
+def load_longmemeval(path: str | PathLike[str], *, limit: int | None = None) -> list[Dialogue]:
+    """All questions of a LongMemEval file (a JSON list of question records, the official format), or the first
+    ``limit``; the file is read one record at a time (``iter_longmemeval``) and no further than needed."""
+    return list(islice(iter_longmemeval(path), limit))
+
+
+def iter_longmemeval(path: str | PathLike[str]) -> Iterator[Dialogue]:
+    """The questions of a LongMemEval file as ``Dialogue``s, one at a time, without holding the file's text.
+
+    LongMemEval-M is several GB of JSON (500 questions of ~500 sessions): decoding it whole would hold the text,
+    the decoded records and the Dialogues at once; streamed, only the Dialogues are kept.
+    """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"LongMemEval path does not exist: {path}")
     if path.is_dir():
         raise DatasetError(str(path), "expected a JSON file (e.g. longmemeval_s_cleaned.json), got a folder")
     source = str(path)
-    doc = parse_json(path.read_bytes(), source)
-    if not isinstance(doc, list):
-        raise DatasetError(source, f"expected a JSON list of question records, got {type(doc).__name__}")
-    dialogues: list[Dialogue] = []
     seen: set[str] = set()
-    for i, entry in enumerate(doc):
+    for i, entry in enumerate(iter_json_array(path, source, "question records")):
         Where(source, f"#{i}").check(entry, dict, f"[{i}]")
         qid = Where(source, f"#{i}").get(entry, "question_id", str)
         if qid in seen:
             raise DatasetError(source, "duplicate question_id", sample=qid, field="question_id")
         seen.add(qid)
-        dialogues.append(_dialogue(entry, Where(source, qid)))
-    return dialogues
+        yield _dialogue(entry, Where(source, qid))
 
 
 def _dialogue(entry: dict[str, Any], where: Where) -> Dialogue:
