@@ -125,10 +125,9 @@ class _Reader:
 
     def more(self) -> None:
         """Drop what was consumed and append the next chunk (sets ``eof`` when the file is spent)."""
-        done = self.buf[: self.pos]
-        newlines = done.count("\n")
+        newlines = self.buf.count("\n", 0, self.pos)
         self.line += newlines
-        self.col = len(done) - done.rfind("\n") if newlines else self.col + len(done)
+        self.col = self.pos - self.buf.rfind("\n", 0, self.pos) if newlines else self.col + self.pos
         try:
             chunk = self.f.read(_CHUNK_CHARS)
         except UnicodeDecodeError as exc:
@@ -211,7 +210,11 @@ def _decode_one(decoder: json.JSONDecoder, r: _Reader) -> Any:
         except RecursionError:
             raise DatasetError(r.file, "unreadable JSON: nested too deeply (over ~1,000 levels)") from None
         else:
-            if end < len(r.buf) or r.eof:  # a number at the end of the window may go on in the next chunk
+            # A number cut by the window's end decodes as its prefix ("-30" of "-308.5"): read on unless the
+            # next character shows it ended.
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            cut = end == len(r.buf) or (number and r.buf[end] in "0123456789.eE+-")
+            if r.eof or not cut:
                 r.pos = end
                 return value
         r.more()
