@@ -7,6 +7,7 @@ date 'yesterday'``). The readers below check type and presence once, so the load
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 from collections.abc import Iterator, Mapping
@@ -116,15 +117,20 @@ _KINDS = {"{": "dict", '"': "str", "t": "bool", "f": "bool", "n": "NoneType"}
 
 
 class _Reader:
-    """A sliding text window over a file that knows the line and column of every position in it."""
+    """A sliding text window over a file that knows the line, column and byte offset of every position in it."""
 
-    def __init__(self, f: Any, file: str) -> None:
+    def __init__(self, f: Any, file: str, offset: int) -> None:
         self.f, self.file = f, file
         self.buf, self.pos, self.eof = "", 0, False
-        self.line, self.col = 1, 1  # of buf[0]
+        self.line, self.col, self.offset = 1, 1, offset  # of buf[0]
+
+    def byte(self, pos: int) -> int:
+        """The file offset of ``buf[pos]`` (the window is text; seeking needs bytes)."""
+        return self.offset + len(self.buf[:pos].encode("utf-8"))
 
     def more(self) -> None:
         """Drop what was consumed and append the next chunk (sets ``eof`` when the file is spent)."""
+        self.offset = self.byte(self.pos)
         newlines = self.buf.count("\n", 0, self.pos)
         self.line += newlines
         self.col = self.pos - self.buf.rfind("\n", 0, self.pos) if newlines else self.col + self.pos
@@ -154,8 +160,9 @@ class _Reader:
         return DatasetError(self.file, f"invalid JSON at {self.where(pos)}: {problem}")
 
 
-def iter_json_array(path: str | PathLike[str], file: str, what: str) -> Iterator[Any]:
-    """The elements of a file holding one JSON array, decoded one at a time.
+def iter_json_array(path: str | PathLike[str], file: str, what: str) -> Iterator[tuple[Any, int, int]]:
+    """The elements of a file holding one JSON array, decoded one at a time, each with its byte span
+    ``(value, start, end)``: ``json.loads(data[start:end]) == value``, so a caller can keep spans, not values.
 
     LongMemEval-M is several GB of JSON: ``json.load`` would hold the text and every decoded record at once (and
     N workers N copies). This reads 1 MB at a time and decodes each element with the C decoder as soon as it is
@@ -163,8 +170,10 @@ def iter_json_array(path: str | PathLike[str], file: str, what: str) -> Iterator
     the line and column in the whole file; ``what`` names the expected elements (``question records``).
     """
     decoder = json.JSONDecoder()
+    with open(path, "rb") as raw:
+        bom = len(codecs.BOM_UTF8) if raw.read(len(codecs.BOM_UTF8)) == codecs.BOM_UTF8 else 0
     with open(path, encoding="utf-8-sig", newline="") as f:
-        r = _Reader(f, file)
+        r = _Reader(f, file, bom)
         first = r.skip_ws()
         if first != "[":
             kind = _KINDS.get(first, "number" if first and first in "-0123456789" else None)
@@ -180,7 +189,9 @@ def iter_json_array(path: str | PathLike[str], file: str, what: str) -> Iterator
                 break
             if not c:
                 raise r.fail(r.pos, "Expecting value" if expect_value else "Expecting ',' delimiter")
-            yield _decode_one(decoder, r)
+            start = r.byte(r.pos)
+            value = _decode_one(decoder, r)
+            yield value, start, r.byte(r.pos)
             c = r.skip_ws()
             if c == ",":
                 r.pos += 1

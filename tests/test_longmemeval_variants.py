@@ -7,7 +7,9 @@ around it, naming, moving, recording the checksum, is ours), and the endpoint pr
 from __future__ import annotations
 
 import json
+import pickle
 import random
+import shutil
 import socket
 import tracemalloc
 from collections.abc import Iterator
@@ -160,7 +162,10 @@ def test_streaming_equals_json_load_at_every_chunk_boundary(
         text = json.dumps(doc, indent=rng.choice([None, 1]), ensure_ascii=rng.random() < 0.5)
         path = tmp_path / f"{k}.json"
         path.write_text(" \n" + text + "\n ", encoding="utf-8")
-        assert list(iter_json_array(path, str(path), "things")) == json.loads(text)
+        data = path.read_bytes()
+        got = list(iter_json_array(path, str(path), "things"))
+        assert [v for v, _, _ in got] == json.loads(text)
+        assert all(json.loads(data[start:end]) == v for v, start, end in got)  # the spans are byte-exact
 
 
 @pytest.mark.parametrize(
@@ -221,3 +226,40 @@ def test_streaming_memory_does_not_grow_with_the_file(
     assert big.stat().st_size > 4_000_000
     assert peak_big < 1.5 * peak_small, (peak_small, peak_big)
     assert peak_big < big.stat().st_size / 2, (peak_big, big.stat().st_size)
+
+
+# --- the loaded file: spans, not Dialogues ---------------------------------------------------------------------
+
+
+def test_loaded_file_decodes_the_same_dialogues_on_demand(tmp_path: Path) -> None:
+    path = write_longmemeval(tmp_path / "lme.json", questions=5, sessions=3, seed=4)
+    streamed = list(iter_longmemeval(path))
+    loaded = load_longmemeval(path)
+    assert (
+        len(loaded) == 5
+        and list(loaded) == streamed
+        and loaded[3] == streamed[3]
+        and loaded[-1] == streamed[-1]
+    )
+    assert [d.id for d in loaded[1:3]] == [d.id for d in streamed[1:3]]
+    wire = pickle.dumps(loaded)  # what a worker process receives: spans, not the haystacks
+    assert len(wire) < 1000 < path.stat().st_size and list(pickle.loads(wire)) == streamed
+    with pytest.raises(IndexError):
+        loaded[5]
+
+
+def test_a_file_changed_after_loading_is_refused(tmp_path: Path, fixtures_dir: Path) -> None:
+    path = tmp_path / "lme.json"
+    shutil.copy(fixtures_dir / "longmemeval_s_tiny.json", path)
+    loaded = load_longmemeval(path)
+    path.write_text(path.read_text().replace("Business Administration", "Fine Arts and Crafts"))
+    with pytest.raises(DatasetError, match="changed after it was loaded"):
+        loaded[0]
+
+
+def test_a_utf8_bom_is_skipped_and_spans_stay_exact(tmp_path: Path, fixtures_dir: Path) -> None:
+    text = (fixtures_dir / "longmemeval_s_tiny.json").read_text()
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + text.replace("Sure!", "Sûre! ✓").encode())
+    assert [d.id for d in load_longmemeval(path)] == ["7161e7e2", "gpt4_2f8e1c90", "0b6a3f12_abs"]
+    assert list(load_longmemeval(path)) == list(iter_longmemeval(path))
