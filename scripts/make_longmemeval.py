@@ -28,7 +28,7 @@ or across haystacks, so no cache has seen it. Turns average about 230 tokens (us
 ~{ASSISTANT_TOKENS}; allmem.tokens), ~10 turns a session; dates, distractor sessions, evidence sessions with
 has_answer turns that contain the answer, answer_session_ids, LongMemEval's six question types in its proportions
 and one abstention (_abs) question in 17. The same --seed gives the same file. Full size (500 x 50) is ~280 MB and
-takes a minute or two on one core.
+takes 2-3 minutes on one core (about 0.3 s a question).
 """
 
 
