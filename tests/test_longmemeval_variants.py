@@ -40,11 +40,18 @@ HUB_FILES = {
 
 
 @pytest.mark.parametrize("name", ["longmemeval_m", "longmemeval_oracle"])
-def test_variant_config_loads_a_file(name: str, fixtures_dir: Path) -> None:
+def test_variant_config_loads_its_tiny_file(name: str, fixtures_dir: Path) -> None:
     cfg = OmegaConf.load(REPO / "configs" / "dataset" / f"{name}.yaml")
     assert cfg.name == name
-    cfg.path = str(fixtures_dir / "longmemeval_s_tiny.json")
-    assert [d.id for d in load_dataset(cfg)] == ["7161e7e2", "gpt4_2f8e1c90", "0b6a3f12_abs"]
+    cfg.path = str(fixtures_dir / f"{name}_tiny.json")
+    dialogues = list(load_dataset(cfg))
+    assert [d.id for d in dialogues] == ["7161e7e2", "gpt4_2f8e1c90", "0b6a3f12_abs"]
+    # the s fixture has 3, 3 and 2 sessions; the M fixture adds 3 distractors to each
+    assert [len(d.sessions) for d in dialogues] == ([6, 6, 5] if name == "longmemeval_m" else [1, 2, 1])
+    for d in dialogues:  # the oracle file lists sessions out of date order; the loader sorts them
+        assert [s.date for s in d.sessions] == sorted(s.date for s in d.sessions)
+    if name == "longmemeval_oracle":
+        assert [s.id for s in dialogues[1].sessions] == ["answer_2f8e1c90_1", "answer_2f8e1c90_2"]
 
 
 @pytest.mark.parametrize("name", ["longmemeval_m", "longmemeval_oracle"])
