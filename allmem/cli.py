@@ -3,7 +3,7 @@
     allmem run [-m] [OVERRIDES...]        run (or sweep) a config: dataset=locomo method=bm25 budget.tokens=1024
     allmem score RUN_DIR [--protocol NAME] rescore a run's predictions and print the metrics as JSON
     allmem report DIR [--out FILE]        Markdown tables from the complete run directories under DIR
-    allmem download locomo|longmemeval_s  fetch a public dataset into data/ and verify it
+    allmem download locomo|longmemeval_s|_m|_oracle  fetch a public dataset into data/ and verify it
     allmem compare A B                    whether two run directories (or run roots) hold the same results
 
 ``allmem run --help`` shows Hydra's help with every config group and its options. Expected errors (bad config

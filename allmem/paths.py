@@ -30,6 +30,10 @@ DATASETS: dict[str, DatasetFiles] = {
     "longmemeval_s": DatasetFiles(
         "longmemeval", ("longmemeval_s_cleaned.json", "longmemeval_s.json"), "LongMemEval-s"
     ),
+    "longmemeval_m": DatasetFiles(
+        "longmemeval", ("longmemeval_m_cleaned.json", "longmemeval_m.json"), "LongMemEval-M"
+    ),
+    "longmemeval_oracle": DatasetFiles("longmemeval", ("longmemeval_oracle.json",), "LongMemEval-oracle"),
 }
 
 

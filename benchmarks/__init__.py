@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -82,6 +83,8 @@ def load_dataset(cfg: Any) -> list[Dialogue]:
     loader = _import(str(conf["_target_"]))
     path = resolve_data_path(str(conf["name"]), conf.get("path"))
     kwargs = {k: v for k, v in conf.items() if k not in _HARNESS_KEYS}
+    if limit_d is not None and "limit" in inspect.signature(loader).parameters:
+        kwargs["limit"] = limit_d  # a streaming loader stops reading there (LongMemEval-M is several GB)
     dialogues = loader(path, **kwargs)
     if limit_d is not None:
         dialogues = dialogues[:limit_d]

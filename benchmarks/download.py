@@ -1,8 +1,8 @@
-"""``allmem download locomo|longmemeval_s``: fetch a benchmark file into ``data/`` where the resolver finds it.
+"""``allmem download locomo|longmemeval_s|longmemeval_m|longmemeval_oracle``: fetch a benchmark file into ``data/`` where the resolver finds it.
 
 Two promises matter more than the happy path: a file that differs from the one our numbers were measured on is
-rejected (LoCoMo's sha256 is pinned; LongMemEval-s has no published checksum, so we record and print the one we
-fetched), and an offline machine gets an answer within seconds that says where to fetch the file by hand and where
+rejected (LoCoMo's sha256 is pinned; LongMemEval has no published checksum, so we record the one we fetched in
+``<file>.sha256`` and print it), and an offline machine gets an answer within seconds that says where to fetch the file by hand and where
 to put it. Hence a short connect probe before any client that would otherwise retry for half a minute, and
 ``HF_HUB_OFFLINE`` honoured before the hub client is even imported.
 """
@@ -32,11 +32,17 @@ LOCOMO_URL = "https://raw.githubusercontent.com/snap-research/locomo/main/data/l
 LOCOMO_PAGE = "https://github.com/snap-research/locomo (file data/locomo10.json)"
 # sha256 of the locomo10.json every number in this project was measured on (../shared/data/locomo/).
 LOCOMO_SHA256 = "896e7bdfa089ef257a7a60ac7b3ecf815840fb975d1970fa28d49e7e8e179a3f"
+# The hub holds longmemeval_s_cleaned.json, longmemeval_m_cleaned.json and longmemeval_oracle.json: each variant's
+# hub file is the first file name of its allmem.paths.DATASETS entry (one home for the names).
 LONGMEMEVAL_REPO = "xiaowu0162/longmemeval-cleaned"
-LONGMEMEVAL_FILE = "longmemeval_s_cleaned.json"
-LONGMEMEVAL_PAGE = f"https://huggingface.co/datasets/{LONGMEMEVAL_REPO} (file {LONGMEMEVAL_FILE})"
+LONGMEMEVAL_VARIANTS = ("longmemeval_s", "longmemeval_m", "longmemeval_oracle")
 DEFAULT_TIMEOUT_S = 10.0
-NAMES = ("locomo", "longmemeval_s")
+NAMES = ("locomo", *LONGMEMEVAL_VARIANTS)
+
+
+def longmemeval_page(filename: str) -> str:
+    """Where a user fetches a LongMemEval file by hand."""
+    return f"https://huggingface.co/datasets/{LONGMEMEVAL_REPO} (file {filename})"
 
 
 class DownloadError(RuntimeError):
@@ -140,14 +146,16 @@ def _download_locomo(target: Path, url: str, timeout: float, force: bool) -> Pat
     return target
 
 
-def _download_longmemeval(target: Path, endpoint: str | None, timeout: float, force: bool) -> Path:
+def _download_longmemeval(
+    target: Path, title: str, endpoint: str | None, timeout: float, force: bool
+) -> Path:
+    """Fetch ``target.name`` from the hub's LongMemEval repository; the hub file name is the target's name."""
+    page = longmemeval_page(target.name)
     if target.exists() and not force:
         log.info("%s already present (sha256 %s)", target, sha256_file(target))
         return target
     if _is_true(os.environ.get("HF_HUB_OFFLINE")):
-        raise DownloadError(
-            _help("LongMemEval-s", LONGMEMEVAL_PAGE, target, "HF_HUB_OFFLINE is set (unset it to download)")
-        )
+        raise DownloadError(_help(title, page, target, "HF_HUB_OFFLINE is set (unset it to download)"))
     base = endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
     try:
         _probe(base, timeout)
@@ -156,7 +164,7 @@ def _download_longmemeval(target: Path, endpoint: str | None, timeout: float, fo
         with tempfile.TemporaryDirectory(prefix="allmem-dl-") as tmp:
             fetched = hf_hub_download(
                 LONGMEMEVAL_REPO,
-                LONGMEMEVAL_FILE,
+                target.name,
                 repo_type="dataset",
                 local_dir=tmp,
                 etag_timeout=timeout,
@@ -165,7 +173,7 @@ def _download_longmemeval(target: Path, endpoint: str | None, timeout: float, fo
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(fetched), target)
     except Exception as exc:  # noqa: BLE001 - the hub client raises many types; all mean "not fetched"
-        raise DownloadError(_help("LongMemEval-s", LONGMEMEVAL_PAGE, target, f"{base}: {exc}")) from exc
+        raise DownloadError(_help(title, page, target, f"{base}: {exc}")) from exc
     digest = sha256_file(target)
     _record(target, digest)
     log.info("%s sha256 %s (no published checksum: recorded in %s.sha256)", target, digest, target.name)
@@ -194,7 +202,7 @@ def download(
     target = root / spec.folder / spec.files[0]
     if name == "locomo":
         return _download_locomo(target, url or LOCOMO_URL, timeout, force)
-    return _download_longmemeval(target, endpoint, timeout, force)
+    return _download_longmemeval(target, spec.title, endpoint, timeout, force)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -216,8 +224,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DownloadError as exc:
         print(f"allmem download: {exc}", file=sys.stderr)
         return 1
+    digest = sha256_file(path)
+    recorded = path.with_name(path.name + ".sha256")
+    if not recorded.exists():  # a file put there by hand: record what we saw, as for a download
+        _record(path, digest)
     print(f"{args.name}: {path}")
-    print(f"sha256 {sha256_file(path)}  {path.name}")
+    print(f"sha256 {digest}  {path.name} (recorded in {recorded})")
     return 0
 
 

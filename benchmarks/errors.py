@@ -7,9 +7,12 @@ date 'yesterday'``). The readers below check type and presence once, so the load
 
 from __future__ import annotations
 
+import codecs
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from os import PathLike
 from typing import Any
 
 
@@ -100,3 +103,129 @@ def parse_json(data: bytes | str, file: str) -> Any:
         raise DatasetError(file, f"unreadable JSON: {str(exc).split(';')[0]}") from None
     except RecursionError:  # valid JSON nested deeper than Python's recursion limit (~1,000 levels)
         raise DatasetError(file, "unreadable JSON: nested too deeply (over ~1,000 levels)") from None
+
+
+# -- streaming a top-level JSON array -------------------------------------------------------------------------
+
+_WS = re.compile(r"[ \t\n\r]*")
+_CHUNK_CHARS = 1 << 20
+# A decode error this far before the end of what has been read cannot be the read's truncation (truncation errors
+# point at the end, except "Unterminated string", which points at the string's start), so it is reported at once
+# instead of reading the rest of a multi-GB file first.
+_TRUNCATION_MARGIN = 64
+_KINDS = {"{": "dict", '"': "str", "t": "bool", "f": "bool", "n": "NoneType"}
+
+
+class _Reader:
+    """A sliding text window over a file that knows the line, column and byte offset of every position in it."""
+
+    def __init__(self, f: Any, file: str, offset: int) -> None:
+        self.f, self.file = f, file
+        self.buf, self.pos, self.eof = "", 0, False
+        self.line, self.col, self.offset = 1, 1, offset  # of buf[0]
+
+    def byte(self, pos: int) -> int:
+        """The file offset of ``buf[pos]`` (the window is text; seeking needs bytes)."""
+        return self.offset + len(self.buf[:pos].encode("utf-8"))
+
+    def more(self) -> None:
+        """Drop what was consumed and append the next chunk (sets ``eof`` when the file is spent)."""
+        self.offset = self.byte(self.pos)
+        newlines = self.buf.count("\n", 0, self.pos)
+        self.line += newlines
+        self.col = self.pos - self.buf.rfind("\n", 0, self.pos) if newlines else self.col + self.pos
+        try:
+            chunk = self.f.read(_CHUNK_CHARS)
+        except UnicodeDecodeError as exc:
+            raise DatasetError(self.file, f"not UTF-8 text ({exc.reason} near line {self.line})") from None
+        self.buf, self.pos = self.buf[self.pos :] + chunk, 0
+        self.eof = not chunk
+
+    def skip_ws(self) -> str:
+        """The next non-blank character ('' at the end of the file), not consumed."""
+        while True:
+            self.pos = _WS.match(self.buf, self.pos).end()  # type: ignore[union-attr]
+            if self.pos < len(self.buf) or self.eof:
+                return self.buf[self.pos : self.pos + 1]
+            self.more()
+
+    def where(self, pos: int) -> str:
+        before = self.buf[:pos]
+        nl = before.rfind("\n")
+        line = self.line + before.count("\n")
+        col = pos - nl if nl >= 0 else self.col + pos
+        return f"line {line} column {col}"
+
+    def fail(self, pos: int, problem: str) -> DatasetError:
+        return DatasetError(self.file, f"invalid JSON at {self.where(pos)}: {problem}")
+
+
+def iter_json_array(path: str | PathLike[str], file: str, what: str) -> Iterator[tuple[Any, int, int]]:
+    """The elements of a file holding one JSON array, decoded one at a time, each with its byte span
+    ``(value, start, end)``: ``json.loads(data[start:end]) == value``, so a caller can keep spans, not values.
+
+    LongMemEval-M is several GB of JSON: ``json.load`` would hold the text and every decoded record at once (and
+    N workers N copies). This reads 1 MB at a time and decodes each element with the C decoder as soon as it is
+    complete, so memory holds one element (plus what the caller keeps). Errors are the ``parse_json`` ones, with
+    the line and column in the whole file; ``what`` names the expected elements (``question records``).
+    """
+    decoder = json.JSONDecoder()
+    with open(path, "rb") as raw:
+        bom = len(codecs.BOM_UTF8) if raw.read(len(codecs.BOM_UTF8)) == codecs.BOM_UTF8 else 0
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        r = _Reader(f, file, bom)
+        first = r.skip_ws()
+        if first != "[":
+            kind = _KINDS.get(first, "number" if first and first in "-0123456789" else None)
+            if kind is None:
+                raise r.fail(r.pos, "Expecting value")
+            raise DatasetError(file, f"expected a JSON list of {what}, got {kind}")
+        r.pos += 1
+        expect_value = False
+        while True:
+            c = r.skip_ws()
+            if c == "]" and not expect_value:
+                r.pos += 1
+                break
+            if not c:
+                raise r.fail(r.pos, "Expecting value" if expect_value else "Expecting ',' delimiter")
+            start = r.byte(r.pos)
+            value = _decode_one(decoder, r)
+            yield value, start, r.byte(r.pos)
+            c = r.skip_ws()
+            if c == ",":
+                r.pos += 1
+                expect_value = True
+            elif c == "]":
+                r.pos += 1
+                break
+            else:
+                raise r.fail(r.pos, "Expecting ',' delimiter")
+        if r.skip_ws():
+            raise r.fail(r.pos, "Extra data")
+
+
+def _decode_one(decoder: json.JSONDecoder, r: _Reader) -> Any:
+    """Decode the element at ``r.pos``, reading more of the file until it is complete."""
+    while True:
+        try:
+            value, end = decoder.raw_decode(r.buf, r.pos)
+        except json.JSONDecodeError as exc:
+            truncated = exc.pos + _TRUNCATION_MARGIN >= len(r.buf) or exc.msg.startswith(
+                "Unterminated string"
+            )
+            if r.eof or not truncated:
+                raise r.fail(exc.pos, exc.msg.removesuffix(" at")) from None
+        except ValueError as exc:  # valid JSON Python refuses: an integer of more than 4,300 digits
+            raise DatasetError(r.file, f"unreadable JSON: {str(exc).split(';')[0]}") from None
+        except RecursionError:
+            raise DatasetError(r.file, "unreadable JSON: nested too deeply (over ~1,000 levels)") from None
+        else:
+            # A number cut by the window's end decodes as its prefix ("-30" of "-308.5"): read on unless the
+            # next character shows it ended.
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            cut = end == len(r.buf) or (number and r.buf[end] in "0123456789.eE+-")
+            if r.eof or not cut:
+                r.pos = end
+                return value
+        r.more()

@@ -10,15 +10,18 @@ like any other; scorers recognise them by the id.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
+from collections.abc import Iterator, Sequence
 from datetime import datetime
+from itertools import islice
 from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, overload
 
 from allmem.types import Dialogue, Question, Session, Turn
-from benchmarks.errors import DatasetError, Where, parse_json
+from benchmarks.errors import DatasetError, Where, iter_json_array
 
 log = logging.getLogger(__name__)
 
@@ -37,27 +40,84 @@ def parse_longmemeval_date(text: str) -> datetime:
         raise ValueError(f"cannot parse date {text!r}") from None
 
 
-def load_longmemeval(path: str | PathLike[str]) -> list[Dialogue]:
-    """All questions of a LongMemEval file (a JSON list of question records, the official format)."""
+def load_longmemeval(path: str | PathLike[str], *, limit: int | None = None) -> LongMemEvalFile:
+    """The questions of a LongMemEval file (a JSON list of question records, the official format), or the first
+    ``limit``, as a ``LongMemEvalFile``: every record is read and checked now (a bad file fails before a run
+    starts), but only byte spans are kept and a Dialogue is decoded again each time it is used."""
     path = Path(path)
+    spans = tuple((start, end) for _, start, end in islice(_records(path), limit))
+    return LongMemEvalFile(path, spans, _stamp(path))
+
+
+def iter_longmemeval(path: str | PathLike[str]) -> Iterator[Dialogue]:
+    """The questions of a LongMemEval file as ``Dialogue``s, one at a time, without holding the file's text."""
+    for dialogue, _, _ in _records(Path(path)):
+        yield dialogue
+
+
+class LongMemEvalFile(Sequence[Dialogue]):
+    """The Dialogues of a LongMemEval file, decoded from disk on each access instead of held in memory.
+
+    LongMemEval-M is several GB of JSON (500 questions of ~500 sessions); as Python objects more still, and each
+    of N worker processes would hold a copy. This sequence holds byte spans (and pickles as such), so memory holds
+    the Dialogue in use; walking it reads the file once. A file changed since it was checked is refused.
+    """
+
+    def __init__(self, path: Path, spans: tuple[tuple[int, int], ...], stamp: tuple[int, int]) -> None:
+        self.path, self.spans, self.stamp = path, spans, stamp
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+    @overload
+    def __getitem__(self, index: int) -> Dialogue: ...
+    @overload
+    def __getitem__(self, index: slice) -> LongMemEvalFile: ...
+    def __getitem__(self, index: int | slice) -> Dialogue | LongMemEvalFile:
+        if isinstance(index, slice):
+            return LongMemEvalFile(self.path, self.spans[index], self.stamp)
+        start, end = self.spans[index]
+        with open(self.path, "rb") as f:
+            return self._read(f, start, end)
+
+    def __iter__(self) -> Iterator[Dialogue]:
+        with open(self.path, "rb") as f:
+            for start, end in self.spans:
+                yield self._read(f, start, end)
+
+    def __repr__(self) -> str:
+        return f"LongMemEvalFile({str(self.path)!r}, {len(self)} questions)"
+
+    def _read(self, f: BinaryIO, start: int, end: int) -> Dialogue:
+        if _stamp(self.path) != self.stamp:
+            raise DatasetError(
+                str(self.path), "the file changed after it was loaded; run again to load it anew"
+            )
+        f.seek(start)
+        entry = json.loads(f.read(end - start))
+        return _dialogue(entry, Where(str(self.path), entry["question_id"]))
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns
+
+
+def _records(path: Path) -> Iterator[tuple[Dialogue, int, int]]:
+    """Each record of the file checked and decoded, with its byte span."""
     if not path.exists():
         raise FileNotFoundError(f"LongMemEval path does not exist: {path}")
     if path.is_dir():
         raise DatasetError(str(path), "expected a JSON file (e.g. longmemeval_s_cleaned.json), got a folder")
     source = str(path)
-    doc = parse_json(path.read_bytes(), source)
-    if not isinstance(doc, list):
-        raise DatasetError(source, f"expected a JSON list of question records, got {type(doc).__name__}")
-    dialogues: list[Dialogue] = []
     seen: set[str] = set()
-    for i, entry in enumerate(doc):
+    for i, (entry, start, end) in enumerate(iter_json_array(path, source, "question records")):
         Where(source, f"#{i}").check(entry, dict, f"[{i}]")
         qid = Where(source, f"#{i}").get(entry, "question_id", str)
         if qid in seen:
             raise DatasetError(source, "duplicate question_id", sample=qid, field="question_id")
         seen.add(qid)
-        dialogues.append(_dialogue(entry, Where(source, qid)))
-    return dialogues
+        yield _dialogue(entry, Where(source, qid)), start, end
 
 
 def _dialogue(entry: dict[str, Any], where: Where) -> Dialogue:
