@@ -3,6 +3,7 @@
     allmem run [-m] [OVERRIDES...]        run (or sweep) a config: dataset=locomo method=bm25 budget.tokens=1024
     allmem score RUN_DIR [--protocol NAME] rescore a run's predictions and print the metrics as JSON
     allmem report DIR [--out FILE]        Markdown tables from the complete run directories under DIR
+    allmem paper run|list TARGET...       run (or list) the experiments of paper tables and figures: table1 fig3
     allmem download locomo|longmemeval_s  fetch a public dataset into data/ and verify it
     allmem compare A B                    whether two run directories (or run roots) hold the same results
 
@@ -158,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
         from allmem.report import main as report_main
 
         return int(report_main(rest) or 0)
+    if command == "paper":
+        from allmem.experiments import main as paper_main
+
+        return int(paper_main(rest) or 0)
     if command == "compare":
         from allmem.compare import main as compare_main
 
