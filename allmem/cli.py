@@ -60,7 +60,8 @@ def _run(argv: list[str]) -> int:
     def main(cfg: DictConfig) -> None:
         point = _sweep_point()
         try:
-            run(cfg)
+            run_dir = run(cfg)
+            _log_sealed(cfg, run_dir)
         except Exception as exc:
             if not isinstance(exc, expected) and not is_environment_error(exc):
                 raise
@@ -100,6 +101,22 @@ def _run(argv: list[str]) -> int:
               file=sys.stderr)  # fmt: skip
         return 1
     return 0
+
+
+def _log_sealed(cfg: Any, run_dir: Path) -> None:
+    """Weights & Biases, when ``wandb.enabled``: after the run is sealed, so its failure (one line, exit 1) leaves
+    a complete run behind. The runner never imports the report package."""
+    if not cfg.get("wandb", {}).get("enabled", False):
+        return
+    from allmem.errors import ConfigError, one_line
+    from allmem.report.wandb_log import log_run
+
+    try:
+        log_run(cfg, run_dir)
+    except Exception as exc:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        raise ConfigError(f"wandb: {one_line(exc)} (the run itself is complete: {run_dir})") from exc
 
 
 # A file each point of a sweep appends its outcome to, whichever process the launcher runs it in.

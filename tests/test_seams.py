@@ -1,5 +1,5 @@
 """The seams between packages, as a user meets them: one launcher CLI (``allmem paper``), one rule for where
-relative paths and defaults point, W&B after sealing, the report reading only run files."""
+relative paths and defaults point (W&B after sealing: tests/test_report_wandb.py)."""
 
 from __future__ import annotations
 
