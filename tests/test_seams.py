@@ -3,11 +3,12 @@ relative paths and defaults point (W&B after sealing: tests/test_report_wandb.py
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.faultkit import env
+from tests.faultkit import FIXTURES, allmem_run, done_dir, env
 
 
 def _cli(cwd: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
@@ -42,3 +43,57 @@ def test_a_relative_runs_folder_is_relative_to_the_current_folder_for_every_comm
     res = _cli(tmp_path, "paper", "run", "table4", "--runs", "rel", "--dry-run")
     assert res.returncode == 0, res.stderr
     assert f"run.root={tmp_path / 'rel'}" in res.stdout
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module a source file imports (top level or inside functions)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+    return out
+
+
+def _importers(of: str, files: list[Path]) -> list[str]:
+    return [
+        str(p.relative_to(PKG.parent))
+        for p in files
+        if any(m == of or m.startswith(f"{of}.") for m in _imports(p))
+    ]
+
+
+PKG = Path(__file__).resolve().parents[1] / "allmem"
+
+
+def test_packages_depend_along_the_data_flow() -> None:
+    """The report only reads (nothing below it imports it but the CLI and the paper launcher); the readers sit
+    below the evaluation; the report reads run files, not the method's modules."""
+    files = sorted(PKG.rglob("*.py"))
+    above_report = {PKG / "cli.py", PKG / "experiments.py"}
+    outside = [p for p in files if PKG / "report" not in p.parents and p not in above_report]
+    assert _importers("allmem.report", outside) == []
+    assert _importers("allmem.metrics", sorted((PKG / "reader").glob("*.py"))) == []
+    assert _importers("allmem.memory", sorted((PKG / "report").glob("*.py"))) == []
+
+
+def test_table3_from_the_run_files_equals_the_events_summary(tmp_path: Path) -> None:
+    """The report reads Table 3 from the per-dialogue ATC summaries in ``system_stats.jsonl`` (it no longer
+    imports the method); on a real run they add up to the summary of ``atc_events.jsonl``."""
+    from allmem.memory.atc.summary import summarise_run_dir
+    from allmem.report.atc import table3_frame
+    from allmem.report.runs import load_run
+
+    res = allmem_run(
+        tmp_path, "method=allmem", "atc.every_sessions=1", f"dataset.path={FIXTURES / 'locomo_tiny.json'}"
+    )
+    run_dir = done_dir(res)
+    frame = table3_frame([load_run(run_dir)]).set_index("stage")
+    expected = summarise_run_dir(run_dir)["table3"]
+    assert expected["diagnosis"]["events"] > 0
+    for stage, row in expected.items():
+        for key in ("events", "executed", "skipped", "noop", "proposals", "accepted", "tokens"):
+            if key in row:
+                assert frame.loc[stage, key] == row[key], (stage, key)
