@@ -394,7 +394,7 @@ def _backend(cfg: DictConfig, llm: Any, embedder: Any = None) -> dict[str, Any]:
         "embedder": str(getattr(embedder, "name", None) or cfg.embedder.get("_target_")),
         "generator": str(cfg.generator._target_),
         # a dry run calls no model: its answers come from the offline roles, so its numbers are offline numbers
-        "offline": str(cfg.llm.backend) == "offline" or bool(cfg.llm.get("dry_run", False)),
+        "offline": bool(llm.offline),
         "llm_dry_run": bool(cfg.llm.get("dry_run", False)),
     }
 
@@ -403,7 +403,7 @@ def _judge_fn(
     cfg: DictConfig, llm: Any, protocol: Protocol
 ) -> Callable[[dict[str, Any]], dict[str, Any] | None] | None:
     """The LLM judge, when enabled and the backend can judge (the offline backend cannot: 4o-J stays null)."""
-    if not cfg.run.judge or str(cfg.llm.backend) == "offline":
+    if not cfg.run.judge or not llm.backend.can_judge:
         return None
     from allmem.metrics.judge import judge_record
 

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.faultkit import FIXTURES, allmem_run, done_dir, env
 
 
@@ -97,3 +99,42 @@ def test_table3_from_the_run_files_equals_the_events_summary(tmp_path: Path) -> 
         for key in ("events", "executed", "skipped", "noop", "proposals", "accepted", "tokens"):
             if key in row:
                 assert frame.loc[stage, key] == row[key], (stage, key)
+
+
+def test_callers_gate_on_backend_capabilities_not_names() -> None:
+    """An offline backend under another name (a user's, or a renamed one) is treated as offline: the reader gives
+    it the extractive stand-in and its tokens count as estimates; a cache-only backend refuses a cache miss.
+    Before, ``backend.name == "offline"`` / ``== "replay"`` decided."""
+    from datetime import datetime
+
+    from allmem.embed import HashEmbedder
+    from allmem.llm.base import ReplayMiss
+    from allmem.llm.cache import ResponseCache
+    from allmem.llm.client import LLM
+    from allmem.llm.offline import OfflineBackend
+    from allmem.llm.prompts import build_request
+    from allmem.reader.extractive import ExtractiveGenerator
+    from allmem.reader.llm import LLMGenerator, OfflineAnswerPayload, answer_prompt
+    from allmem.types import AnswerRequest, Retrieved
+
+    class MyOffline(OfflineBackend):
+        name = "my-offline"
+
+    llm = LLM(MyOffline())
+    unit = Retrieved.of_text(
+        "D1:1", "I painted a sunrise over the lake.", ("D1:1",), 0.9, datetime(2023, 5, 8), "Mel"
+    )
+    req = AnswerRequest("q1", "What did Mel paint?", category=1, context=(unit,), context_text=unit.text)
+    answer = LLMGenerator(llm, embedder=HashEmbedder()).answer(req)
+    assert "sunrise" in answer.text
+    assert llm.offline and not llm.can_judge
+    template, variables = answer_prompt(req)
+    payload = OfflineAnswerPayload(ExtractiveGenerator(HashEmbedder()), req)
+    assert llm.chat(build_request(template, variables, payload=payload)).estimated  # counted locally
+
+    class MyReplay(OfflineBackend):
+        name, offline, cache_only = "my-replay", False, True
+
+    replay = LLM(MyReplay(), cache=ResponseCache(":memory:", enabled=True))
+    with pytest.raises(ReplayMiss):
+        replay.chat(build_request("answer_locomo", {"context": "c", "question": "q"}))

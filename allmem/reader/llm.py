@@ -116,7 +116,7 @@ class LLMGenerator:
 
     def answer(self, req: AnswerRequest) -> Answer:
         template, variables = answer_prompt(req)
-        offline = self.llm.backend_name == "offline" or getattr(self.llm, "dry_run", False)
+        offline = self.llm.offline  # the offline backend or a dry run: the extractive reader answers
         payload = OfflineAnswerPayload(self._offline_generator(), req) if offline else None
         res = self.llm.chat(build_request(template, variables, max_tokens=self.max_tokens, payload=payload))
         usage = {
