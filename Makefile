@@ -18,7 +18,7 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 # Paper targets (README, "Tables, figures and sweeps"). Each runs its experiments: one Hydra multirun per file in
 # configs/experiment/ (the compared methods and sweep grids live there, nowhere else), complete runs skipped; then
 # a separate summarise step reads the run directories into results/tables (Markdown, CSV) and results/figures
-# (PNG, PDF). Which experiments a target needs: allmem/report/targets.py.
+# (PNG, PDF). Which experiments a target needs: allmem/report/targets.py (`allmem paper list TARGET`).
 RUNS ?= results/runs/paper
 JOBS ?= 2
 LME ?=
@@ -26,7 +26,7 @@ SET ?=
 OUT ?= results
 ALLOW_MIXED_CODE ?=
 TARGET_ARGS = --runs $(RUNS) $(if $(LME),--lme $(LME)) $(if $(SET),--set "$(SET)") $(if $(ALLOW_MIXED_CODE),--allow-mixed-code)
-EXPERIMENTS = $(PY) -m allmem.report.targets run --jobs $(JOBS) $(TARGET_ARGS)
+EXPERIMENTS = $(VENV)/bin/allmem paper run --jobs $(JOBS) $(TARGET_ARGS)
 SUMMARISE = $(VENV)/bin/allmem report --out $(OUT) $(TARGET_ARGS)
 PAPER_TARGETS := table1 table2 table3 table4 ablations ablations_hybrid fig3 fig4 fig5 fig6 tables figures paper
 # `make sweep`: any multirun of your own, summarised on its own.

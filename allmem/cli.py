@@ -3,6 +3,7 @@
     allmem run [-m] [OVERRIDES...]        run (or sweep) a config: dataset=locomo method=bm25 budget.tokens=1024
     allmem score RUN_DIR [--protocol NAME] rescore a run's predictions and print the metrics as JSON
     allmem report DIR [--out FILE]        Markdown tables from the complete run directories under DIR
+    allmem paper run|list TARGET...       run (or list) the experiments of paper tables and figures: table1 fig3
     allmem download locomo|longmemeval_s|_m|_oracle  fetch a public dataset into data/ and verify it
     allmem compare A B                    whether two run directories (or run roots) hold the same results
 
@@ -64,7 +65,8 @@ def _run(argv: list[str]) -> int:
     def main(cfg: DictConfig) -> None:
         point = _sweep_point()
         try:
-            run(cfg)
+            run_dir = run(cfg)
+            _log_sealed(cfg, run_dir)
         except Exception as exc:
             if not isinstance(exc, expected) and not is_environment_error(exc):
                 raise
@@ -104,6 +106,22 @@ def _run(argv: list[str]) -> int:
               file=sys.stderr)  # fmt: skip
         return 1
     return 0
+
+
+def _log_sealed(cfg: Any, run_dir: Path) -> None:
+    """Weights & Biases, when ``wandb.enabled``: after the run is sealed, so its failure (one line, exit 1) leaves
+    a complete run behind. The runner never imports the report package."""
+    if not cfg.get("wandb", {}).get("enabled", False):
+        return
+    from allmem.errors import ConfigError, one_line
+    from allmem.report.wandb_log import log_run
+
+    try:
+        log_run(cfg, run_dir)
+    except Exception as exc:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        raise ConfigError(f"wandb: {one_line(exc)} (the run itself is complete: {run_dir})") from exc
 
 
 # A file each point of a sweep appends its outcome to, whichever process the launcher runs it in.
@@ -163,6 +181,10 @@ def main(argv: list[str] | None = None) -> int:
         from allmem.report import main as report_main
 
         return int(report_main(rest) or 0)
+    if command == "paper":
+        from allmem.experiments import main as paper_main
+
+        return int(paper_main(rest) or 0)
     if command == "compare":
         from allmem.compare import main as compare_main
 

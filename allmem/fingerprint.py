@@ -3,7 +3,7 @@
 Every run records it (``manifest.json`` ``code``, each attempt too), so a table is never silently built from runs
 made by other code: the paper targets refuse a mix unless told (``--allow-mixed-code``; docs/DESIGN.md). The
 bank cache keys re-usable banks by the library part of it. What counts: the library (``allmem/`` but its report
-package, which reads results and makes none), the baselines, the dataset loaders, the configs and the prompt
+package, which reads results and makes none, and the paper launcher), the baselines, the dataset loaders, the configs and the prompt
 templates (``allmem/llm/prompts/*.txt``); documentation does not.
 """
 
@@ -16,7 +16,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 RESULT_SOURCES: tuple[str, ...] = ("allmem", "baselines", "benchmarks", "configs")
 SUFFIXES = (".py", ".txt", ".yaml")
-EXCLUDED = ("allmem/report/",)  # reads run directories; cannot change what a run computes
+# the report reads run directories; the paper launcher starts `allmem run`: neither changes what a run computes
+EXCLUDED = ("allmem/report/", "allmem/experiments.py")
 
 
 @lru_cache(maxsize=8)

@@ -70,6 +70,16 @@ def cache_dir() -> Path:
     return repo_root() / ".cache"
 
 
+def results_dir() -> Path:
+    """The results folder: env ``ALLMEM_RESULTS`` if set, else ``<repo>/results`` (what ``paths.results`` says).
+
+    One rule for every command: a default lives in the repository, a relative path the user gives (``--runs``,
+    ``run.root=``, ``ALLMEM_RESULTS``) is relative to the current directory.
+    """
+    env = os.environ.get("ALLMEM_RESULTS")
+    return Path(env).expanduser().resolve() if env else repo_root() / "results"
+
+
 def dataset_files(dataset: str) -> DatasetFiles:
     """The folder and file names of a known dataset; a clear error for an unknown name."""
     try:

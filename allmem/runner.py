@@ -33,7 +33,6 @@ from allmem.metrics import score_records
 from allmem.metrics.judge import invalid_warning
 from allmem.metrics.protocols import Protocol
 from allmem.metrics.retrieval import rank_source_ids
-from allmem.report.wandb_log import log_run
 from allmem.systems import MemorySystem, Resources
 from allmem.types import AnswerInfo, AnswerRequest, Dialogue, Prediction, Question
 from benchmarks import load_dataset
@@ -235,7 +234,6 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
         metrics["system"] = _system_summary(rundir.read_jsonl(run_dir / rundir.SYSTEM_STATS))
         metrics["wall_s_last_session"] = time.perf_counter() - t_start
         rundir.write_json(run_dir / rundir.METRICS, metrics)
-        log_run(cfg, run_dir, metrics)  # Weights & Biases, when wandb.enabled (allmem/report/wandb_log.py)
         rundir.write_atomic(run_dir / rundir.DONE, "complete\n")
     print(f"[allmem] done: {run_dir}")
     return run_dir
@@ -400,7 +398,7 @@ def _backend(cfg: DictConfig, llm: Any, embedder: Any = None) -> dict[str, Any]:
         "embedder": str(getattr(embedder, "name", None) or cfg.embedder.get("_target_")),
         "generator": str(cfg.generator._target_),
         # a dry run calls no model: its answers come from the offline roles, so its numbers are offline numbers
-        "offline": str(cfg.llm.backend) == "offline" or bool(cfg.llm.get("dry_run", False)),
+        "offline": bool(llm.offline),
         "llm_dry_run": bool(cfg.llm.get("dry_run", False)),
     }
 
@@ -409,7 +407,7 @@ def _judge_fn(
     cfg: DictConfig, llm: Any, protocol: Protocol
 ) -> Callable[[dict[str, Any]], dict[str, Any] | None] | None:
     """The LLM judge, when enabled and the backend can judge (the offline backend cannot: 4o-J stays null)."""
-    if not cfg.run.judge or str(cfg.llm.backend) == "offline":
+    if not cfg.run.judge or not llm.backend.can_judge:
         return None
     from allmem.metrics.judge import judge_record
 

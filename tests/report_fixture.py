@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 
 from allmem import rundir
 from allmem.fingerprint import source_fingerprint
+from allmem.memory.atc.summary import summarise_events
 from allmem.metrics import score_records
 from allmem.report.targets import _compose, sweep_points
 
@@ -92,7 +93,9 @@ def write_run(
             runs = [e for e in events if e["kind"] == "run" and e["dialogue"] == d]
             row.update(n_visible=runs[-1]["n_visible"], n_units=runs[-1]["n_units"])
             row["n_archived"] = row["n_units"] - row["n_visible"]
-            row["atc"] = {"table2": {"runs": 2}}
+            row["atc"] = summarise_events(
+                e for e in events if e["dialogue"] == d
+            )  # as the consolidator writes
             row["recoverability"] = {"n_archived": row["n_archived"], "unreachable_share": 0.0, "mode": "directed",
                                      "curve": {"0": 0.0, "1": 0.5, "2": 1.0, "3": 1.0}}  # fmt: skip
         stats.append(row)

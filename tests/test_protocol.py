@@ -13,7 +13,8 @@ from hydra import compose, initialize_config_dir
 
 from allmem import rundir
 from allmem.llm.ledger import read_calls
-from allmem.metrics.protocols import NOT_MENTIONED, as_protocol, get_protocol
+from allmem.metrics.protocols import as_protocol, get_protocol
+from allmem.reader.framing import NOT_MENTIONED
 from allmem.report.tables import find_runs, main_table
 from allmem.runner import run
 from allmem.types import AnswerRequest

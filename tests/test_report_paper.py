@@ -134,13 +134,13 @@ def test_cli_sweep_summary(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_driver_launches_only_incomplete_experiments(tmp_path, capsys, monkeypatch):
+    from allmem.experiments import main as paper_main
     from allmem.report import targets
-    from allmem.report.targets import main as targets_main
 
     write_experiment(tmp_path, "table1", lambda label, i: True)
     reads = []
     monkeypatch.setattr(targets, "find_runs", lambda root: reads.append(root) or find_runs(root))
-    assert targets_main(["run", "fig3", "--runs", str(tmp_path), "--jobs", "3", "--dry-run"]) == 0
+    assert paper_main(["run", "fig3", "--runs", str(tmp_path), "--jobs", "3", "--dry-run"]) == 0
     assert len(reads) == 1  # nothing launched: the run directories are read once for all three experiments
     out = capsys.readouterr().out
     n = len(sweep_points("table1"))

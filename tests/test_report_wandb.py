@@ -1,4 +1,5 @@
-"""wandb.enabled=true logs a run's config, metrics and figures; offline mode needs no key (WANDB_MODE=offline)."""
+"""wandb.enabled=true logs a sealed run's config, metrics and figures, after DONE (``allmem run`` does it, never
+the runner); offline mode needs no key (WANDB_MODE=offline)."""
 
 from __future__ import annotations
 
@@ -8,44 +9,57 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
+from allmem import rundir
 from allmem.report.wandb_log import flat_metrics
 from allmem.runner import run
+from tests.faultkit import FIXTURES, allmem_run, done_dir, env, run_dirs
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
-@pytest.mark.slow  # the real embedding model
-def test_offline_wandb_run_holds_config_metrics_and_figures(tmp_path, cache_dir, fixtures_dir, monkeypatch):
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
-    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
-    monkeypatch.setenv("WANDB_CACHE_DIR", str(tmp_path / "wandb-cache"))
-    overrides = ["method=allmem", "atc.every_sessions=1", f"dataset.path={fixtures_dir / 'locomo_tiny.json'}",
-                 f"run.root={tmp_path / 'runs'}", f"paths.cache_dir={cache_dir}", "run.progress=false",
-                 "wandb.enabled=true", "wandb.mode=offline"]  # fmt: skip
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides)
-    run_dir = run(cfg)
-    offline = sorted((run_dir / "wandb").glob("offline-run-*"))
-    assert len(offline) == 1, list((run_dir / "wandb").iterdir())
+def test_a_wandb_failure_after_sealing_leaves_a_complete_run(tmp_path: Path) -> None:
+    """W&B logs after ``DONE``: before, the runner logged first, so a W&B error (here an unknown mode) left the
+    finished run unsealed (no ``DONE``) with a traceback."""
+    res = allmem_run(tmp_path, "method=bm25", f"dataset.path={FIXTURES / 'locomo_tiny.json'}",
+                     "wandb.enabled=true", "wandb.mode=bogus")  # fmt: skip
+    assert res.rc == 1 and "Traceback" not in res.err, res.err
+    assert (
+        res.last_line().startswith("allmem run: error: wandb: ") and "the run itself is complete" in res.err
+    )
+    (run_dir,) = run_dirs(tmp_path)
+    assert (run_dir / rundir.DONE).read_text() == "complete\n"
+
+
+def test_wandb_offline_logs_the_sealed_run_once(tmp_path: Path) -> None:
+    """``wandb.enabled=true`` (offline mode, no key) logs the run's config, metrics and figures from its files
+    into ``<run dir>/wandb/``; rerunning the complete run does not log it again."""
+    wandb_env = env(WANDB_MODE="offline", WANDB_DIR=str(tmp_path), WANDB_CONFIG_DIR=str(tmp_path / "wandb-config"),
+                    WANDB_CACHE_DIR=str(tmp_path / "wandb-cache"))  # fmt: skip
+    args = ("method=allmem", "atc.every_sessions=1", f"dataset.path={FIXTURES / 'locomo_tiny.json'}",
+            "wandb.enabled=true", "wandb.mode=offline")  # fmt: skip
+    res = allmem_run(tmp_path, *args, environ=wandb_env)
+    run_dir = done_dir(res)
+    (offline,) = sorted((run_dir / "wandb").glob("offline-run-*"))
     # wandb >= 0.2x keeps an offline run's config, history and summary in one protobuf log (run-*.wandb) that
     # only its Go core reads back; its strings are stored verbatim, so the keys and values can be found in it.
-    (log,) = offline[0].glob("run-*.wandb")
+    (log,) = offline.glob("run-*.wandb")
     blob = log.read_bytes()
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-    f1 = metrics["overall"]["scores"]["f1"]
-    assert b"overall/f1" in blob, len(blob)
-    assert json.dumps(f1).encode() in blob, (f1, len(blob))
+    f1 = json.loads((run_dir / rundir.METRICS).read_text())["overall"]["scores"]["f1"]
+    assert b"overall/f1" in blob and json.dumps(f1).encode() in blob, (f1, len(blob))
     assert b"groups/2/f1" in blob and b"cost/write/tokens_in" in blob
     assert b'"theta"' in blob and b"allmem.memory.system.AllMem" in blob  # the resolved config
-    media = offline[0] / "files" / "media"
-    images = {p.name.split("_")[0] for p in media.glob("images/figures/*.png")}
-    assert {"f1", "surface", "recoverability"} <= images
+    media = offline / "files" / "media"
+    assert {p.name.split("_")[0] for p in media.glob("images/figures/*.png")} >= {
+        "f1",
+        "surface",
+        "recoverability",
+    }
     (table,) = media.glob("table/per_question_*.table.json")
-    assert len(json.loads(table.read_text())["data"]) == len(
-        (run_dir / "predictions.jsonl").read_text().splitlines()
-    )
+    n_predictions = len((run_dir / rundir.PREDICTIONS).read_text().splitlines())
+    assert len(json.loads(table.read_text())["data"]) == n_predictions
+    again = allmem_run(tmp_path, *args, environ=wandb_env)
+    assert again.rc == 0 and "skip (complete)" in again.out, again.err
+    assert len(list((run_dir / "wandb").glob("offline-run-*"))) == 1
 
 
 @pytest.mark.slow  # the real embedding model

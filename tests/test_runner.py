@@ -17,7 +17,8 @@ from hydra import compose, initialize_config_dir
 from allmem import rundir
 from allmem.errors import ConfigError
 from allmem.metrics import score_file
-from allmem.metrics.protocols import NOT_MENTIONED, get_protocol
+from allmem.metrics.protocols import get_protocol
+from allmem.reader.framing import NOT_MENTIONED
 from allmem.runner import run
 from allmem.types import Question
 

@@ -196,7 +196,7 @@ def test_a_table_from_runs_of_different_code_is_refused_unless_allowed(
 
 def _targets(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "allmem.report.targets", "run", "table1", "--dry-run", *args],
+        [sys.executable, "-m", "allmem.cli", "paper", "run", "table1", "--dry-run", *args],
         env=env(), capture_output=True, text=True, timeout=300,
     )  # fmt: skip
 

@@ -36,9 +36,16 @@ class CircuitOpen(LLMError):
 
 
 class Backend(Protocol):
+    """What the harness asks of a backend. Callers gate on its capabilities, never on its ``name``:
+    ``offline`` (answers come from the offline roles, tokens are counted locally: offline numbers),
+    ``can_judge`` (judge prompts get a model's verdict), ``cache_only`` (answers only from the response cache),
+    ``makes_network_calls``."""
+
     name: str
     model: str
     can_judge: bool
+    offline: bool
+    cache_only: bool
     makes_network_calls: bool
 
     def cache_identity(self) -> str: ...
@@ -86,7 +93,7 @@ class LLM:
         self._breaker_lock = threading.Lock()
         self._consecutive_failures = 0
         self._open: str | None = None  # the breaker's message once it has opened
-        if backend.name == "replay" and not self.cache.enabled:
+        if backend.cache_only and not self.cache.enabled:
             raise LLMError("llm.cache.enabled: the replay backend answers only from the cache; enable it")
 
     # ------------------------------------------------------------------ properties
@@ -98,6 +105,11 @@ class LLM:
     @property
     def model(self) -> str:
         return self.backend.model
+
+    @property
+    def offline(self) -> bool:
+        """Whether the answers come from the offline roles: the offline backend, or a dry run (no model called)."""
+        return bool(self.backend.offline) or self.dry_run
 
     @property
     def can_judge(self) -> bool:
@@ -161,7 +173,7 @@ class LLM:
         hit = self.cache.get(key, req.phase)
         if hit is not None:
             return self._finish(req, model, key, hit.text, hit.tokens_in, hit.tokens_out, t0, cached=True)
-        if self.backend.name == "replay":
+        if self.backend.cache_only:
             raise ReplayMiss(key, req.phase, req.template)
         est_in = count_tokens(req.prompt_text)
         try:
@@ -246,7 +258,7 @@ class LLM:
     ) -> ChatResult:
         data, failure = parse_reply(text, req.json_schema) if req.json_schema is not None else (None, None)
         latency = (time.perf_counter() - t0) * 1000
-        estimated = estimated or self.backend.name == "offline"
+        estimated = estimated or bool(self.backend.offline)
         self._book(
             req, model, key, tokens_in, tokens_out, latency, cached=cached, ok=failure is None,
             estimated=estimated, retries=retries, parse_error=failure.kind if failure else None,

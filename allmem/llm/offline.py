@@ -39,6 +39,8 @@ class OfflineBackend:
 
     name = "offline"
     can_judge = False
+    offline = True
+    cache_only = False
     makes_network_calls = False
 
     def __init__(self, model: str = "offline") -> None:

@@ -46,6 +46,8 @@ class OpenAIBackend:
 
     name = "openai"
     can_judge = True
+    offline = False
+    cache_only = False
     makes_network_calls = True
 
     def __init__(
@@ -302,6 +304,8 @@ class ReplayBackend:
     backend means the entry is missing, which ``LLM.chat`` reports as a ``ReplayMiss``."""
 
     name = "replay"
+    offline = False  # it replays a real model's answers
+    cache_only = True
     makes_network_calls = False
 
     def __init__(self, model: str, replay_of: str = "openai", can_judge: bool = True) -> None:

@@ -30,6 +30,8 @@ class ScriptedBackend:
 
     name = "scripted"
     can_judge = False
+    offline = False  # a test fake: its numbers are not the offline backend's
+    cache_only = False
     makes_network_calls = False
 
     def __init__(

@@ -13,22 +13,19 @@ the normalised dict every protocol reads, with an error naming the place and the
 
 from __future__ import annotations
 
-import random
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from allmem.metrics import qa, retrieval
+from allmem.reader import framing
 from allmem.types import VERDICTS, Prediction, RecordError
 
 __all__ = [
-    "NOT_MENTIONED", "PROTOCOLS", "VERDICTS", "Protocol", "RecordError", "as_protocol", "get_protocol", "validate_record",
+    "PROTOCOLS", "VERDICTS", "Protocol", "RecordError", "as_protocol", "get_protocol", "validate_record",
 ]  # fmt: skip
 
-# The declining option of a two-option question, and what the offline reader answers when nothing supports an
-# answer (LoCoMo's evaluation code; PROTOCOL.md).
-NOT_MENTIONED = "Not mentioned in the conversation"
 # LongMemEval question types with their own judge prompt; every other type uses the default one.
 _JUDGE_VARIANT = {
     "temporal-reasoning": "temporal",
@@ -66,8 +63,7 @@ class Protocol:
     name: str
     ks: tuple[int, ...]  # the cut-offs of R@k / N@k; stated once, in configs/config.yaml (protocol.ks)
     table_k: int
-    # LoCoMo categories asked as a two-option question (LoCoMo's own code asks category 5 so too).
-    option_categories: ClassVar[tuple[int, ...]] = (5,)
+    option_categories: ClassVar[tuple[int, ...]] = framing.OPTION_CATEGORIES
 
     # -- asking ------------------------------------------------------------------------------------------
 
@@ -76,18 +72,11 @@ class Protocol:
         ``seed`` and the question id), else ``()``. ``question`` is an ``allmem.types.Question``."""
         if question.category not in self.option_categories:
             return ()
-        options = [NOT_MENTIONED, question.gold]
-        random.Random(f"{seed}:{question.id}").shuffle(options)
-        return tuple(options)
+        return framing.two_options(question.id, question.gold, seed)
 
     def answer_template(self, request: Any) -> str:
-        """The answer prompt for an ``AnswerRequest``: the two-option prompt when it has options, the
-        LongMemEval prompt (question date as the current time) for LongMemEval items, else the LoCoMo one."""
-        if request.options:
-            return "answer_locomo_options"
-        if request.question_type is not None or (request.date is not None and request.category is None):
-            return "answer_longmemeval"
-        return "answer_locomo"
+        """The answer prompt for an ``AnswerRequest`` (``allmem.reader.framing.answer_template``)."""
+        return framing.answer_template(request)
 
     # -- judging (the 4o-J column) ------------------------------------------------------------------------
 

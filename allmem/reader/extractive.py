@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from allmem.metrics.protocols import NOT_MENTIONED
 from allmem.reader import dates, spans
+from allmem.reader.framing import NOT_MENTIONED
 from allmem.tokens import count_tokens
 from allmem.types import Answer, AnswerRequest, Retrieved
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from allmem.llm.base import ChatRequest
 from allmem.llm.prompts import build_request
+from allmem.reader import framing
 from allmem.types import Answer, AnswerRequest
 
 NO_CONTEXT = "(no memories retrieved)"
@@ -40,9 +41,7 @@ class OfflineAnswerPayload:
 
 def answer_prompt(req: AnswerRequest) -> tuple[str, dict[str, Any]]:
     """The template name (the protocol's choice, ``req.template``) and its variables for ``req``."""
-    from allmem.metrics.protocols import as_protocol
-
-    template = req.template or as_protocol("allmem").answer_template(req)
+    template = req.template or framing.answer_template(req)
     context = req.context_text.strip() or NO_CONTEXT
     if template == "answer_locomo_options":
         if len(req.options) != 2:
@@ -118,7 +117,7 @@ class LLMGenerator:
 
     def answer(self, req: AnswerRequest) -> Answer:
         template, variables = answer_prompt(req)
-        offline = self.llm.backend_name == "offline" or getattr(self.llm, "dry_run", False)
+        offline = self.llm.offline  # the offline backend or a dry run: the extractive reader answers
         payload = OfflineAnswerPayload(self._offline_generator(), req) if offline else None
         res = self.llm.chat(build_request(template, variables, max_tokens=self.max_tokens, payload=payload))
         usage = {

@@ -5,6 +5,9 @@ allmem report table1 fig3 --runs results/runs/paper --out results   # paper targ
                                                                     # LongMemEval-s
 allmem report sweep --runs results/runs/sweeps/NAME --out results/sweeps/NAME   # any multirun
 allmem report DIR [--out FILE] [--figures DIR]                      # overview of every run under DIR
+
+Defaults are under the results folder (``ALLMEM_RESULTS``, else ``<repo>/results``), as for ``allmem run``; a
+relative path given is relative to the current folder, as ``run.root=`` is.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from allmem.paths import results_dir
 from allmem.report.runs import ALLOW_MIXED_CODE
 
 MIXED_HELP = "build tables even from runs made by different code (source fingerprints differ or are missing)"
@@ -99,10 +103,10 @@ def _main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="allmem report", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("targets", nargs="+", help=f"one or more of: {', '.join(names)}; or a run folder")
-    parser.add_argument("--runs", type=Path, default=Path("results/runs/paper"), help="run root")
-    parser.add_argument(
-        "--out", type=Path, default=Path("results"), help="writes <out>/tables and <out>/figures"
-    )
+    parser.add_argument("--runs", type=Path, default=results_dir() / "runs" / "paper",
+                        help="run root (default <results>/runs/paper; relative: to the current folder)")  # fmt: skip
+    parser.add_argument("--out", type=Path, default=results_dir(),
+                        help="writes <out>/tables and <out>/figures (default <results>)")  # fmt: skip
     parser.add_argument(
         "--lme", default=None, help="longmemeval_s_cleaned.json the runs used (adds LongMemEval-s)"
     )

@@ -165,15 +165,14 @@ def atc_sections(runs: Sequence[Run]) -> list[str]:
 
 
 def table3_frame(runs: Sequence[Run]) -> pd.DataFrame:
-    """Paper Table 3 from ``atc_events.jsonl``: one row per run × stage (diagnosis, split, merge, update)."""
-    from allmem.memory.atc.summary import summarise_events
-
+    """Paper Table 3: one row per run × stage (diagnosis, split, merge, update), from the per-dialogue ATC
+    summaries the run wrote into ``system_stats.jsonl`` (``atc_cost``); runs without a consolidation left out."""
     rows = []
     for run in runs:
-        events = run.events()
-        if not any(e.get("kind") == "run" for e in events):
+        cost = atc_cost(run)
+        if not cost["table2"]["events"]:
             continue
-        t3 = summarise_events(events)["table3"]
+        t3 = cost["table3"]
         for stage in OPS:
             r = t3.get(stage) or {}
             n = r.get("events") or 0

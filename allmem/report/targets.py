@@ -1,23 +1,18 @@
-"""The paper targets: which experiment files each table or figure needs, and how to run them.
+"""The paper targets: which experiment files each table or figure needs, and which of their points have a run.
 
-One registry for the Makefile (``python -m allmem.report.targets run TARGET``) and the summariser
-(``allmem report TARGET``): a target names experiment files under ``configs/experiment/``; each file holds its
-sweep in ``hydra.sweeper.params`` (the lists of methods live there, nowhere else). Running a target launches one
-Hydra multirun per experiment and dataset (complete runs are skipped by the runner, and a multirun whose points
-are all complete is not launched at all); summarising composes the same points, computes each one's config hash
-and reads the complete run directory with that hash, so a run is found whatever its directory is called.
+Read only: one registry for the launcher (``allmem paper run TARGET``, ``allmem/experiments.py``) and the
+summariser (``allmem report TARGET``): a target names experiment files under ``configs/experiment/``; each file
+holds its sweep in ``hydra.sweeper.params`` (the lists of methods live there, nowhere else). Both compose the
+points of those sweeps, compute each one's config hash and look up the complete run directory with that hash, so
+a run is found whatever its directory is called.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import logging
 import os
-import shlex
-import subprocess
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -282,93 +277,3 @@ def collect(
     }
     hashes.save()
     return found
-
-
-def run_experiments(
-    targets: Sequence[str],
-    root: Path,
-    jobs: int,
-    lme: str | None,
-    extra: Sequence[str],
-    dry_run: bool = False,
-    allow_mixed_code: bool = False,
-) -> int:
-    """Launch one Hydra multirun per experiment and dataset whose points are not all complete. A complete run
-    made by other code than this checkout's (``allmem.fingerprint``) is never silently reused: refused in one
-    line unless ``allow_mixed_code`` (docs/DESIGN.md)."""
-    from allmem.errors import ConfigError
-    from allmem.fingerprint import source_fingerprint
-    from allmem.report.runs import check_same_code
-
-    if not lme:
-        print(f"[allmem] {LME_SKIPPED}")
-    env = dict(os.environ)
-    if jobs > 1 and not env.get(
-        "OMP_NUM_THREADS"
-    ):  # parallel jobs: one torch thread each unless the user says
-        env["OMP_NUM_THREADS"] = "1"
-    runs: dict[str, Run] | None = None  # complete runs, read again after a multirun made some
-    for exp in experiments_of(targets):
-        if runs is None:
-            runs = by_hash(find_runs(root))
-        for ds, pts in collect([exp], root, lme, extra, runs)[exp].items():
-            try:
-                check_same_code([p.run for p in pts if p.run], allow_mixed_code, source_fingerprint())
-            except ConfigError as exc:
-                print(f"[allmem] {exp} on {ds}: error: {exc}", file=sys.stderr)
-                return 1
-            done = sum(p.run is not None for p in pts)
-            if done == len(pts):
-                print(f"[allmem] {exp} on {ds}: {done}/{len(pts)} runs complete, nothing to run")
-                continue
-            cmd = [
-                sys.executable, "-m", "allmem.cli", "run", "-m", f"+experiment={exp}",
-                *dataset_overrides(lme)[ds], f"run.root={root}", "hydra/launcher=local",
-                f"hydra.launcher.n_jobs={jobs}", *extra,
-            ]  # fmt: skip
-            print(
-                f"[allmem] {exp} on {ds}: {done}/{len(pts)} complete; running:\n  {shlex.join(cmd[2:])}",
-                flush=True,
-            )
-            if dry_run:
-                continue
-            rc = subprocess.call(cmd, env=env)
-            runs = None
-            if rc != 0:
-                print(f"[allmem] {exp} on {ds}: the multirun failed (exit {rc})", file=sys.stderr)
-                return rc
-    return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m allmem.report.targets",
-        description="Run the experiments of paper targets (Hydra multiruns), or list them.",
-    )
-    parser.add_argument("action", choices=("run", "list"))
-    parser.add_argument(
-        "targets", nargs="+", help=f"targets or groups: {', '.join([*TARGETS, *ALIASES, *GROUPS])}"
-    )
-    parser.add_argument("--runs", type=Path, default=Path("results/runs/paper"), help="run root")
-    parser.add_argument("--jobs", type=int, default=2, help="parallel jobs (joblib launcher)")
-    parser.add_argument("--lme", default=None, help="path to longmemeval_s_cleaned.json (optional)")
-    parser.add_argument("--set", dest="extra", default="", help="extra Hydra overrides for every run, quoted")
-    parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
-    parser.add_argument("--allow-mixed-code", action="store_true",
-                        help="reuse complete runs made by other code (another source fingerprint, or none)")  # fmt: skip
-    args = parser.parse_args(argv)
-    extra = shlex.split(args.extra)
-    if args.action == "list":
-        for exp, per_ds in collect(experiments_of(args.targets), args.runs, args.lme or None, extra).items():
-            for ds, pts in per_ds.items():
-                for p in pts:
-                    state = p.run.path if p.run else "missing"
-                    print(f"{exp:14s} {ds:14s} {p.label:40s} {p.config_hash} {state}")
-        return 0
-    return run_experiments(
-        args.targets, args.runs, args.jobs, args.lme or None, extra, args.dry_run, args.allow_mixed_code
-    )
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -9,6 +9,7 @@ recoverability curve); and the per-question scores as a table.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -56,17 +57,23 @@ def run_figures(run_dir: Path) -> list[Path]:
     return paths
 
 
-def log_run(cfg: DictConfig, run_dir: Path, metrics: Mapping[str, Any]) -> None:
-    """Log one finished run when ``cfg.wandb.enabled``; does nothing otherwise."""
+def log_run(cfg: DictConfig, run_dir: Path) -> bool:
+    """Log one sealed run (``DONE``) from its own files when ``cfg.wandb.enabled`` and it has no ``wandb/``
+    folder yet (``allmem run`` calls this after sealing, so a W&B failure never costs the run, and a rerun of a
+    complete run logs it if it was not). Returns whether it logged."""
     node = cfg.get("wandb")
-    if node is None or not node.get("enabled", False):
-        return
+    run_dir = Path(run_dir)
+    if node is None or not node.get("enabled", False) or (run_dir / "wandb").exists():
+        return False
     import wandb
 
     from allmem.report.items import item_frame
     from allmem.report.runs import load_run
+    from allmem.rundir import DONE, METRICS
 
-    run_dir = Path(run_dir)
+    if not (run_dir / DONE).exists():
+        raise ValueError(f"{run_dir}: not sealed (no {DONE}); only a complete run is logged")
+    metrics = json.loads((run_dir / METRICS).read_text(encoding="utf-8"))
     config = OmegaConf.to_container(cfg, resolve=True)
     run = wandb.init(
         project=str(node.get("project", "allmem")), mode=str(node.get("mode", "offline")), name=run_dir.name,
@@ -82,5 +89,6 @@ def log_run(cfg: DictConfig, run_dir: Path, metrics: Mapping[str, Any]) -> None:
         run.log({"per_question": wandb.Table(dataframe=items.astype({"included": bool}))})
     finally:
         run.finish()
-        wandb.teardown()  # waits until the run is on disk (offline) or synced, before the run is marked DONE
+        wandb.teardown()  # waits until the run is on disk (offline) or synced
     log.info("wandb: logged %s (%s mode)", run_dir.name, node.get("mode"))
+    return True
