@@ -35,8 +35,8 @@ from typing import Any
 from allmem import rundir
 from allmem.errors import ConfigError, RunCorrupt, RunLocked
 from allmem.fingerprint import source_fingerprint
-from allmem.llm.ledger import read_calls, totals_of
-from allmem.types import Dialogue
+from allmem.llm.ledger import totals_of
+from allmem.types import RECORD_VERSION, Dialogue
 
 log = logging.getLogger("allmem.run")
 
@@ -125,6 +125,7 @@ def provenance(data_files: Iterable[Path], backend: dict[str, Any]) -> dict[str,
         "data": {str(p): rundir.sha256_file(p) for p in data_files if Path(p).is_file()},
         "packages": _versions(_declared_packages()),
         "code": source_fingerprint(),  # the sources that can change a result (allmem.fingerprint)
+        "records": RECORD_VERSION,  # which fields the run's files hold (allmem.types)
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "backend": backend,
@@ -262,7 +263,7 @@ def run_cost(run_dir: Path) -> dict[str, Any]:
     the attempt that wrote its prediction; each dialogue's write and consolidation calls from the attempt whose
     ingestion produced its memory), so a resumed run costs what an uninterrupted one does.
     ``cost_all_attempts``: every call booked, abandoned work included (what was spent)."""
-    calls = read_calls(run_dir / rundir.CALLS)
+    calls = rundir.read_jsonl(run_dir / rundir.CALLS)
     answered = {
         (r.get("dialogue_id"), r["question_id"]): int(r.get("attempt", 1))
         for r in rundir.read_jsonl(run_dir / rundir.PREDICTIONS)

@@ -15,14 +15,19 @@ import hashlib
 import json
 import logging
 import os
+import re
 import secrets
-from collections.abc import Callable, Iterable
+import shutil
+import socket
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from omegaconf import DictConfig, OmegaConf
 
 from allmem.paths import resolve_data_path  # importing it also registers the ${allmem.repo:...} resolver
+from allmem.types import RecordError
 
 CONFIG = "config.yaml"
 PREDICTIONS = "predictions.jsonl"
@@ -65,12 +70,25 @@ def _drop_keys(data: dict[str, Any], prefixes: Iterable[str], parent: str = "") 
     return out
 
 
+def plain(cfg: Any) -> dict[str, Any]:
+    """A config node as plain data, interpolations resolved: what Hydra hands over (a ``DictConfig``) or what a
+    caller passes (a mapping, possibly holding ``DictConfig`` nodes); ``None`` is ``{}``. The one config-to-dict
+    conversion; a stored config is read with ``read_config_data`` instead (never resolved)."""
+    if cfg is None:
+        return {}
+    if isinstance(cfg, DictConfig):
+        data = OmegaConf.to_container(cfg, resolve=True)
+        assert isinstance(data, dict)
+        return data
+    if isinstance(cfg, Mapping):
+        return {k: plain(v) if isinstance(v, Mapping) else v for k, v in cfg.items()}
+    raise TypeError(f"expected a config mapping, got {type(cfg).__name__}")
+
+
 def identity(cfg: DictConfig | dict[str, Any]) -> dict[str, Any]:
     """The resolved config without the keys in ``NOT_IDENTITY``: what a run's results depend on, besides data.
     A plain dict (a stored config, ``read_config_data``) is taken as it is, never resolved."""
-    data = cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg, resolve=True)
-    assert isinstance(data, dict)
-    return identity_of(data)
+    return identity_of(cfg if isinstance(cfg, dict) else plain(cfg))
 
 
 def identity_of(data: dict[str, Any]) -> dict[str, Any]:
@@ -175,7 +193,7 @@ def resolve(cfg: DictConfig, overrides: Iterable[str] = (), data: str | None = N
     ``overrides`` are the command line's (Hydra's task overrides); ``data`` the ``data_digest`` (computed here
     when not given).
     """
-    refuse_credentials(OmegaConf.to_container(cfg, resolve=True))
+    refuse_credentials(plain(cfg))
     root = Path(cfg.run.root)
     if cfg.run.get("name"):
         return root / checked_name(str(cfg.run.name))
@@ -303,23 +321,22 @@ def complete_twin(run_dir: Path) -> Path | None:
     return None
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file and rename, so a reader never sees half a file. The file gets the mode the
-    umask gives any new file (``mkstemp`` would make it 0600, unreadable to a teammate sharing the results)."""
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write text (UTF-8) or bytes via a temporary file and rename, so a reader never sees half a file. The file
+    gets the mode the umask gives any new file (``mkstemp`` would make it 0600, unreadable to a teammate sharing
+    the results)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data if isinstance(data, bytes) else data.encode("utf-8"))
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except OSError as exc:  # a full disk names no file by itself; the one-line error must say which
+    except OSError as exc:
         tmp.unlink(missing_ok=True)
-        if exc.filename is not None:
-            raise
-        raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        _named(exc, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -336,6 +353,89 @@ def write_via(path: Path, write: Callable[[Path], None]) -> Path:
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+# Temporary folders follow the umask (``tempfile.mkdtemp`` would make them 0700, and the rename keeps that mode, so
+# a teammate sharing a cache could not read it) and carry their writer's host and pid in the name, so one left by a
+# killed process is recognised and removed by the next write beside it (``remove_stale``).
+STALE_AFTER_S = 6 * 3600  # a temporary folder this old is an orphan whoever made it (a save takes seconds)
+_TEMP_NAME = re.compile(r"^\..+\.(?P<host>[A-Za-z0-9-]*)\.(?P<pid>\d+)\.[0-9a-f]{8}\.(?:tmp|old)$")
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname().split(".")[0])
+
+
+def temp_dir(parent: Path, name: str, kind: str = "tmp") -> Path:
+    """A new hidden folder beside ``parent / name``, mode from the umask, named after this host and process."""
+    path = parent / f".{name}.{_host()}.{os.getpid()}.{secrets.token_hex(4)}.{kind}"
+    os.mkdir(path, 0o777)
+    return path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def remove_stale(parent: Path, now: float | None = None) -> list[Path]:
+    """Remove the temporary folders under ``parent`` that no live writer owns; returns them.
+
+    Only hidden folders named like ``temp_dir``'s (or older ``*.tmp`` ones) are considered, never a symlink: one
+    is removed when its writer was on this host and is dead, or when it is older than ``STALE_AFTER_S`` (a writer
+    on another host sharing the folder cannot be asked, and a reused pid only delays removal).
+    """
+    now = time.time() if now is None else now
+    removed: list[Path] = []
+    try:
+        entries = list(parent.iterdir())
+    except OSError:
+        return removed
+    host = _host()
+    for entry in entries:
+        if not (entry.name.startswith(".") and entry.name.endswith((".tmp", ".old"))):
+            continue
+        try:
+            st = entry.lstat()
+        except OSError:
+            continue
+        if not entry.is_dir() or entry.is_symlink():
+            continue
+        m = _TEMP_NAME.match(entry.name)
+        dead = (
+            m is not None and m["host"] == host and int(m["pid"]) != os.getpid() and not _alive(int(m["pid"]))
+        )
+        if dead or now - st.st_mtime > STALE_AFTER_S:
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
+
+
+def write_folder(path: Path, fill: Callable[[Path], None]) -> Path:
+    """Write a folder atomically: ``fill`` writes into a new temporary sibling, which then replaces ``path`` by
+    rename (an old folder is moved aside first, then removed), so a reader sees the old folder or the new one,
+    never half of one. Orphans of dead writers beside it are removed first."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale(path.parent)
+    tmp = temp_dir(path.parent, path.name)
+    try:
+        fill(tmp)
+        old = None
+        if path.exists():
+            old = path.parent / f".{path.name}.{_host()}.{os.getpid()}.{secrets.token_hex(4)}.old"
+            os.replace(path, old)
+        os.replace(tmp, path)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
     return path
 
@@ -360,21 +460,26 @@ def prepare(run_dir: Path, cfg: DictConfig) -> None:
     write_atomic(path, text)
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Read a JSONL file written by this module; a torn last line is ignored (see ``repair_jsonl``)."""
-    if not path.exists():
-        return []
-    out = []
-    with path.open(encoding="utf-8") as fh:
+def iter_jsonl(path: Path, whole: bool = False) -> Iterator[tuple[int, Any]]:
+    """``(line number, value)`` for each line of a JSONL file; blank lines are skipped. A last line with no
+    newline that does not parse is a torn tail (a process killed mid-write) and is left out; any other bad line
+    is a ``RecordError`` naming the file and the line. ``whole``: the file was written at once (inside an atomic
+    folder), so a torn tail is damage too. The one JSONL reader: run files, ledgers, events, cache entries."""
+    with Path(path).open(encoding="utf-8") as fh:
         for n, line in enumerate(fh, 1):
-            if not line.endswith("\n"):
-                break  # torn tail from an interrupted write
-            if line.strip():
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}: line {n}: not valid JSON ({exc.msg})") from exc
-    return out
+            if not line.strip():
+                continue
+            try:
+                yield n, json.loads(line)
+            except json.JSONDecodeError as exc:
+                if not whole and not line.endswith("\n"):
+                    return  # torn tail from an interrupted write
+                raise RecordError(f"{path}:{n}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+
+
+def read_jsonl(path: Path, whole: bool = False) -> list[Any]:
+    """Every value of a JSONL file (``iter_jsonl``); an empty list when the file does not exist."""
+    return [value for _, value in iter_jsonl(path, whole)] if Path(path).exists() else []
 
 
 def repair_jsonl(path: Path) -> int:
@@ -406,6 +511,32 @@ def drop_lines(path: Path, drop: Callable[[dict[str, Any]], bool]) -> int:
     return dropped
 
 
+def dump_line(obj: Any) -> str:
+    """One JSONL line: keys sorted (files diff and compare stably), non-ASCII escaped (any string can be
+    written, even a lone surrogate from a decoded reply)."""
+    return json.dumps(obj, sort_keys=True, default=str) + "\n"
+
+
+def _named(exc: OSError, path: Path) -> NoReturn:
+    """Raise ``exc`` naming ``path``: a full disk names no file by itself; the one-line error must say which."""
+    if exc.filename is not None:
+        raise exc
+    raise OSError(exc.errno, exc.strerror, str(path)) from exc
+
+
+def append_jsonl(path: Path, obj: Any) -> None:
+    """Append one line (folder made on the first write), flushed and synced: what is on disk survives a kill.
+    For a file written now and then (the ledger, ATC events); ``JsonlWriter`` keeps the file open."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with path.open("a", encoding="utf-8") as fh:
+            fh.write(dump_line(obj))
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        _named(exc, path)
+
+
 class JsonlWriter:
     """Append-only JSONL with a flush and fsync per line: what is on disk survives a kill."""
 
@@ -416,13 +547,11 @@ class JsonlWriter:
 
     def write(self, obj: dict[str, Any]) -> None:
         try:
-            self._fh.write(json.dumps(obj, sort_keys=True, default=str) + "\n")
+            self._fh.write(dump_line(obj))
             self._fh.flush()
             os.fsync(self._fh.fileno())
-        except OSError as exc:  # a full disk names no file by itself; the one-line error must say which
-            if exc.filename is not None:
-                raise
-            raise OSError(exc.errno, exc.strerror, str(self.path)) from exc
+        except OSError as exc:
+            _named(exc, self.path)
 
     def close(self) -> None:
         self._fh.close()
@@ -439,9 +568,9 @@ def completed_ids(run_dir: Path) -> set[str]:
     return {r["question_id"] for r in read_jsonl(run_dir / PREDICTIONS) if r.get("error") is None}
 
 
-def sha256_file(path: Path) -> str:
+def sha256_file(path: str | os.PathLike[str]) -> str:
     h = hashlib.sha256()
-    with path.open("rb") as fh:
+    with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()

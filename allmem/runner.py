@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.utils import get_object, instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from allmem import attempts, preflight, rundir
@@ -49,8 +49,7 @@ def build(node: DictConfig, **available: Any) -> Any:
     Every buildable object declares what it needs by its signature (``embedder``, ``llm``, ``resources``), so
     configs stay plain data and no second registry is needed.
     """
-    params = OmegaConf.to_container(node, resolve=True)
-    assert isinstance(params, dict)
+    params = rundir.plain(node)
     target = params.pop("_target_")
     params.pop("name", None)
     factory = get_object(target) if "." in target else None

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from allmem import rundir
-from allmem.llm.ledger import price_run, read_calls
+from allmem.llm.ledger import price_run
 from tests.faultkit import FIXTURES, REPO, allmem_run, common, done_dir, env, popen_run, run_dirs
 from tests.llm_stub import StubLLM
 
@@ -152,7 +152,7 @@ def test_failed_questions_are_recorded_not_sealed_and_a_rerun_retries_exactly_th
     metrics = json.loads((run_dir / rundir.METRICS).read_text())
     assert metrics["run"]["attempts"] == 2 and metrics["overall"]["count"] == N_TINY
     # the failed attempt's calls stay in the ledger, under attempt 1, outside the run's cost
-    calls = read_calls(run_dir / rundir.CALLS)
+    calls = rundir.read_jsonl(run_dir / rundir.CALLS)
     assert [c["attempt"] for c in calls if c["error"]] == [1]
     assert metrics["cost"]["all"]["calls"] == 2 * N_TINY
     assert metrics["cost_all_attempts"]["all"]["calls"] == 2 * N_TINY + 1
@@ -309,7 +309,7 @@ def test_kill_and_resume_with_consolidation_keeps_every_record_true(tmp_path, lo
     assert [a["status"] for a in attempts] == ["interrupted", "complete"]
     assert attempts[0]["started_at"] == first_manifest["started_at"] and attempts[0]["git"]["sha"]
     assert attempts[0]["data_digest"] == attempts[1]["data_digest"]
-    calls = read_calls(run_dir / rundir.CALLS)  # every line whole again; pricing works
+    calls = rundir.read_jsonl(run_dir / rundir.CALLS)  # every line whole again; pricing works
     assert {c["attempt"] for c in calls} == {1, 2}
     assert price_run(run_dir)["usd"] == 0.0
 

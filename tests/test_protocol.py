@@ -12,7 +12,6 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from allmem import rundir
-from allmem.llm.ledger import read_calls
 from allmem.metrics.protocols import NOT_MENTIONED, as_protocol, get_protocol
 from allmem.report.tables import find_runs, main_table
 from allmem.runner import run
@@ -87,7 +86,7 @@ def test_score_command_and_report_use_the_runs_protocol(ks_run):
 def test_the_protocol_frames_questions_and_picks_templates(ks_run):
     """Category 5 goes out as the two-option prompt, the others as the LoCoMo prompt, as the ledger shows."""
     records = {r["question_id"]: r for r in rundir.read_jsonl(ks_run / rundir.PREDICTIONS)}
-    calls = [c for c in read_calls(ks_run / rundir.CALLS) if c["phase"] == "generate"]
+    calls = [c for c in rundir.read_jsonl(ks_run / rundir.CALLS) if c["phase"] == "generate"]
     assert len(calls) == len(records)
     for call in calls:
         rec = records[call["question_id"]]

@@ -22,9 +22,9 @@ import pytest
 from allmem import rundir
 from allmem.llm import LLMError, build_llm, validate_llm_config
 from allmem.llm.cache import CachedReply, ResponseCache
-from allmem.llm.ledger import read_calls
 from allmem.llm.limiter import RateLimiter
 from allmem.llm.prompts import build_request
+from allmem.rundir import read_jsonl
 from tests.faultkit import FIXTURES, allmem_run, done_dir, env, run_dirs
 from tests.llm_stub import StubLLM
 
@@ -85,7 +85,7 @@ def test_a_200_without_a_usable_answer_fails_the_call_and_is_never_cached(stub, 
     res = ask(llm)
     assert res.error is not None and needle in res.error and res.text == "" and not res.ok
     assert stub.count == 3
-    (call,) = read_calls(tmp_path / "run" / "calls.jsonl")
+    (call,) = read_jsonl(tmp_path / "run" / "calls.jsonl")
     assert call["ok"] is False and call["retries"] == 2
     assert len(llm.cache) == 0
     again = ask(llm)  # the stub answers normally now: a live call, not a cached empty answer
@@ -98,7 +98,7 @@ def test_a_bad_200_then_a_good_one_is_a_retry_not_a_failure(stub, tmp_path):
     stub.script(("body", HTML), ("choices", []))
     res = ask(llm)
     assert res.ok and res.text == "Stub reasoning. [[yes]]" and stub.count == 3
-    (call,) = read_calls(tmp_path / "run" / "calls.jsonl")
+    (call,) = read_jsonl(tmp_path / "run" / "calls.jsonl")
     assert call["ok"] is True and call["retries"] == 2
     llm.close()
 

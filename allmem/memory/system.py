@@ -27,23 +27,11 @@ from allmem.memory.probe import ProbeConfig, stage1_probe
 from allmem.memory.recover import recoverability
 from allmem.memory.retrieve import RetrievalConfig, Retriever
 from allmem.memory.write import OnlineWriter, WriteConfig
+from allmem.rundir import plain
 from allmem.systems import MemorySystem, Resources
 from allmem.types import RetrievalResult, Retrieved, SessionInfo, Turn
 
 log = logging.getLogger("allmem.memory")
-
-
-def _plain(node: Any) -> dict[str, Any]:
-    """Hydra hands nested config either as DictConfig or (via the runner) as a plain dict: accept both."""
-    if node is None:
-        return {}
-    if isinstance(node, Mapping):
-        return {k: _plain(v) if isinstance(v, Mapping) else v for k, v in node.items()}
-    from omegaconf import OmegaConf
-
-    out = OmegaConf.to_container(node, resolve=True)
-    assert isinstance(out, dict)
-    return out
 
 
 def _atc_factory(enabled: bool) -> Any:
@@ -86,19 +74,19 @@ class AllMem(MemorySystem):
         probe: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(resources)
-        links_cfg = _plain(links)
+        links_cfg = plain(links)
         self.d_sigma: int | None = links_cfg.pop("d_sigma", 8)
         unknown = sorted(links_cfg)
         if unknown:
             raise ValueError(f"method.links: unknown keys {unknown}; known: ['d_sigma']")
-        self.write_cfg = WriteConfig.from_dict(_plain(write))
-        self.retrieval_cfg = RetrievalConfig.from_dict(_plain(retrieval))
-        self.vector_cfg = _plain(vector)
-        self.atc_cfg = _plain(atc)
+        self.write_cfg = WriteConfig.from_dict(plain(write))
+        self.retrieval_cfg = RetrievalConfig.from_dict(plain(retrieval))
+        self.vector_cfg = plain(vector)
+        self.atc_cfg = plain(atc)
         self.atc_enabled = bool(self.atc_cfg.get("enabled", False))
         self.recover_mode = recover_mode
         self.save_banks = save_banks
-        self.probe_cfg = ProbeConfig.from_dict(_plain(probe))
+        self.probe_cfg = ProbeConfig.from_dict(plain(probe))
         if self.resources.embedder is None:
             raise ValueError("AllMem needs resources.embedder (allmem.embed.Embedder)")
         self.dialogue_id = ""

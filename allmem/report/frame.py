@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from omegaconf import OmegaConf
 
 from allmem import rundir
 from allmem.report.items import KEYS, item_frame
@@ -35,8 +34,7 @@ def _flatten(d: Mapping[str, Any], prefix: str) -> dict[str, Any]:
 
 
 def config_columns(run: Run) -> dict[str, Any]:
-    data = OmegaConf.to_container(run.cfg, resolve=True)
-    assert isinstance(data, dict)
+    data = rundir.plain(run.cfg)
     return _flatten({k: v for k, v in data.items() if k not in NOT_CONFIG}, "cfg.")
 
 

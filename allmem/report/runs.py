@@ -21,8 +21,6 @@ from allmem import rundir
 from allmem.errors import ConfigError
 from allmem.metrics.protocols import Protocol, as_protocol
 
-EVENTS = "atc_events.jsonl"
-
 
 @dataclass(frozen=True, eq=False)
 class Run:
@@ -71,7 +69,7 @@ class Run:
     def value(self, key: str, default: Any = None) -> Any:
         """A config value by dotted key (``method.retrieval.K``), or ``default`` when absent."""
         found = OmegaConf.select(self.cfg, key, default=default)
-        return OmegaConf.to_container(found, resolve=True) if isinstance(found, DictConfig) else found
+        return rundir.plain(found) if isinstance(found, DictConfig) else found
 
     @cached_property
     def manifest(self) -> dict[str, Any]:
@@ -108,7 +106,7 @@ class Run:
 
     @cached_property
     def _events(self) -> list[dict[str, Any]]:
-        return rundir.read_jsonl(self.path / EVENTS)
+        return rundir.read_jsonl(self.path / rundir.EVENTS)
 
     def records(self) -> list[dict[str, Any]]:
         return self._records
