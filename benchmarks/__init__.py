@@ -12,7 +12,7 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from allmem.rundir import plain
+from allmem.run.files import plain
 from allmem.types import Dialogue
 from benchmarks.errors import DatasetError
 
@@ -34,7 +34,7 @@ def _import(target: str) -> Callable[..., list[Dialogue]]:
 
 def _limit(cfg: Mapping[str, Any], key: str) -> int | None:
     """``dataset.limit_*``: null or a count. -1, 1.5 or true would slice the data silently (``[:-1]`` drops the
-    last dialogue), so they are refused in one line; ``allmem.preflight`` checks them before the run exists."""
+    last dialogue), so they are refused in one line; ``allmem.run.preflight`` checks them before the run exists."""
     from allmem.errors import ConfigError
 
     value = cfg.get(key)

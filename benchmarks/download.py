@@ -24,7 +24,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from allmem.paths import dataset_files, repo_root
-from allmem.rundir import sha256_file, write_atomic
+from allmem.run.files import sha256_file, write_atomic
 
 log = logging.getLogger(__name__)
 

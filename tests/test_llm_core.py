@@ -17,7 +17,7 @@ from allmem.llm.limiter import RateLimiter
 from allmem.llm.prompts import build_request, load_template, parse_reply, parse_template, template_names
 from allmem.llm.roles import RoleFailure
 from allmem.memory.descriptor import Descriptor, DescriptorResponder, describe, render_evidence
-from allmem.rundir import read_jsonl
+from allmem.run.files import read_jsonl
 from allmem.tokens import count_tokens
 from allmem.types import CallRecord
 

@@ -13,7 +13,7 @@ from allmem.llm.roles import RoleFailure
 from allmem.memory.atc.roles import diagnose, plan_merge
 from allmem.memory.descriptor import Descriptor, describe
 from allmem.metrics.judge import judge_record, judge_records
-from allmem.rundir import read_jsonl
+from allmem.run.files import read_jsonl
 from tests.llm_stub import StubLLM, usage_for
 
 KEY = "sk-test-SECRET-7f3a9c"

@@ -9,7 +9,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from allmem.report.wandb_log import flat_metrics
-from allmem.runner import run
+from allmem.run.runner import run
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from allmem import rundir
 from allmem.llm import LLMError, build_llm, validate_llm_config
 from allmem.llm.cache import CachedReply, ResponseCache
 from allmem.llm.limiter import RateLimiter
 from allmem.llm.prompts import build_request
-from allmem.rundir import read_jsonl
+from allmem.run import files
+from allmem.run.files import read_jsonl
 from tests.faultkit import FIXTURES, allmem_run, done_dir, env, run_dirs
 from tests.llm_stub import StubLLM
 
@@ -288,8 +288,8 @@ def test_empty_replies_fail_the_run_and_a_healthy_rerun_completes(tmp_path, acti
         assert needle in first.last_line()
         assert "[allmem] done" not in first.out
         (run_dir,) = run_dirs(tmp_path)
-        assert not (run_dir / rundir.DONE).exists()
-        records = rundir.read_jsonl(run_dir / rundir.PREDICTIONS)
+        assert not (run_dir / files.DONE).exists()
+        records = files.read_jsonl(run_dir / files.PREDICTIONS)
         assert len(records) == N_TINY and all(needle in r["error"] for r in records)
         with sqlite3.connect(tmp_path / "cache" / "llm" / "responses.sqlite") as conn:
             assert conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0] == 0
@@ -298,7 +298,7 @@ def test_empty_replies_fail_the_run_and_a_healthy_rerun_completes(tmp_path, acti
         stub.stop()
     assert second.rc == 0, second.err[-2000:]
     assert done_dir(second) == run_dir
-    records = rundir.read_jsonl(run_dir / rundir.PREDICTIONS)
+    records = files.read_jsonl(run_dir / files.PREDICTIONS)
     assert len(records) == N_TINY and not any("error" in r for r in records)
     assert all(r["prediction"] for r in records)
 
@@ -336,7 +336,7 @@ def test_invalid_verdicts_are_counted_warned_about_and_flagged_in_the_footer(tmp
     assert (
         "WARNING" in warning and f"judge: 1 of {N_TINY} verdicts invalid (7.1% > 2%) in {run_dir}" in warning
     )
-    overall = json.loads((run_dir / rundir.METRICS).read_text())["overall"]
+    overall = json.loads((run_dir / files.METRICS).read_text())["overall"]
     assert overall["judge_counts"]["invalid"] == 1 and overall["judge_invalid_rate"] == pytest.approx(
         1 / N_TINY
     )

@@ -22,7 +22,7 @@ from allmem.llm.cache import ResponseCache
 from allmem.llm.client import LLM, CircuitOpen
 from allmem.llm.ledger import Ledger
 from allmem.llm.prompts import build_request
-from allmem.rundir import CALLS, plain
+from allmem.run.files import CALLS, plain
 
 __all__ = [
     "LLM",

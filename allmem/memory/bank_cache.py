@@ -20,7 +20,7 @@ A damaged entry (a truncated file from a full disk or a killed copy, a garbled l
 matched, since the whole entry is read then: a warning names the file, the entry is moved aside to
 ``<dialogue>.corrupt-<time>`` (kept for a look, never read again) and the dialogue is ingested again. The cache is
 only an accelerator, so damage costs time, never a run. Temporary folders left by killed writers are removed by
-the next store beside them (``allmem.rundir.remove_stale``).
+the next store beside them (``allmem.run.files.remove_stale``).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from typing import Any
 
 from allmem.memory.persist import load_bank
 from allmem.memory.units import BankError
-from allmem.rundir import EVENTS, dump_line, read_jsonl, remove_stale, temp_dir
+from allmem.run.files import EVENTS, dump_line, read_jsonl, remove_stale, temp_dir
 
 log = logging.getLogger(__name__)
 

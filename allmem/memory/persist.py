@@ -4,7 +4,7 @@ Why this layout: every file is readable with standard tools, nothing executes co
 (``np.load(..., allow_pickle=False)``), and evidence hashes are re-checked on load, so a tampered or corrupted
 evidence record is refused with the file and unit named. A save is atomic: everything is written into a
 temporary sibling folder (``meta.json`` last), which then replaces the target by rename, so a reader sees the
-old bank or the new one, never half of one. (``allmem.rundir.write_folder``).
+old bank or the new one, never half of one. (``allmem.run.files.write_folder``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from allmem.memory.bank import BankError, EvidenceRecord, Link, MemoryBank, Unit, evidence_hash
-from allmem.rundir import write_folder
+from allmem.run.files import write_folder
 
 FORMAT = "allmem-bank"
 VERSION = 1

@@ -27,7 +27,7 @@ from allmem.memory.probe import ProbeConfig, stage1_probe
 from allmem.memory.recover import recoverability
 from allmem.memory.retrieve import RetrievalConfig, Retriever
 from allmem.memory.write import OnlineWriter, WriteConfig
-from allmem.rundir import plain
+from allmem.run.files import plain
 from allmem.systems import MemorySystem, Resources
 from allmem.types import RetrievalResult, Retrieved, SessionInfo, Turn
 

@@ -26,7 +26,7 @@ from allmem.metrics.protocols import (
     get_protocol,
 )
 from allmem.metrics.retrieval import rank_source_ids
-from allmem.rundir import CONFIG, PREDICTIONS, iter_jsonl, read_config_data
+from allmem.run.files import CONFIG, PREDICTIONS, iter_jsonl, read_config_data
 from allmem.types import Prediction
 
 __all__ = [

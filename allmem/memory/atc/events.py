@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from allmem.rundir import EVENTS, append_jsonl, iter_jsonl
+from allmem.run.files import EVENTS, append_jsonl, iter_jsonl
 from allmem.types import RecordError
 
 

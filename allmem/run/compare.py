@@ -1,6 +1,6 @@
 """``allmem compare A B``: whether two run directories, or two run roots, hold the same results.
 
-The rule is ``allmem.rundir.same_result`` (its ``SAME_RESULT_IGNORES`` names what may differ between equal
+The rule is ``allmem.run.files.same_result`` (its ``SAME_RESULT_IGNORES`` names what may differ between equal
 runs). Given two roots, runs are matched by their path under the root, else by their config hash (the same
 config reached through other overrides); each is reported "same", "differs: ..." or "missing". Exit 0 only when
 every run is the same.
@@ -14,20 +14,20 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from allmem import rundir
+from allmem.run import files
 
 
 def _is_run(path: Path) -> bool:
-    return (path / rundir.CONFIG).is_file()
+    return (path / files.CONFIG).is_file()
 
 
 def _runs(root: Path) -> dict[str, Path]:
     """Run directories under ``root`` by their path relative to it."""
-    return {p.parent.relative_to(root).as_posix(): p.parent for p in sorted(root.rglob(rundir.CONFIG))}
+    return {p.parent.relative_to(root).as_posix(): p.parent for p in sorted(root.rglob(files.CONFIG))}
 
 
 def _hash(run: Path) -> str | None:
-    path = run / rundir.METRICS
+    path = run / files.METRICS
     try:
         return (json.loads(path.read_text(encoding="utf-8")).get("run") or {}).get("config_hash")
     except (OSError, ValueError):
@@ -46,7 +46,7 @@ def compare_roots(a: Path, b: Path) -> list[tuple[str, list[str] | None]]:
             out.append((rel, None))
             continue
         matched.add(other)
-        out.append((rel if other == rel else f"{rel} ~ {other}", rundir.same_result(path, rb[other])))
+        out.append((rel if other == rel else f"{rel} ~ {other}", files.same_result(path, rb[other])))
     out += [(rel, None) for rel in rb if rel not in matched]
     return out
 
@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="allmem compare",
         description="Whether two run directories (or two folders of runs) hold the same results; exit 0 only "
         "if every run is the same. Latencies, cached flags, attempt numbers, timestamps, pid and argv are "
-        "ignored (allmem.rundir.SAME_RESULT_IGNORES).",
+        "ignored (allmem.run.files.SAME_RESULT_IGNORES).",
     )
     parser.add_argument("a", type=Path)
     parser.add_argument("b", type=Path)
@@ -67,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
     try:
         if _is_run(args.a) and _is_run(args.b):
-            results = [(f"{args.a} vs {args.b}", rundir.same_result(args.a, args.b))]
+            results = [(f"{args.a} vs {args.b}", files.same_result(args.a, args.b))]
         else:
             results = compare_roots(args.a, args.b)
     except ValueError as exc:  # ConfigError (an unreadable config.yaml), a corrupt JSON line: named, one line

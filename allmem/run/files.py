@@ -4,7 +4,7 @@ A run directory holds a fixed set of files (see docs/DESIGN.md). It is complete 
 is written last; a rerun skips a complete run. An interrupted or failed run is resumed by question id: answered
 predictions already on disk are kept, a torn last line (the process was killed mid-write) is cut off, failed
 lines are dropped, and only the missing questions are answered, so the file ends with no duplicates and no
-gaps. ``allmem/attempts.py`` keeps the other files true across attempts (lock, manifest, ledger, events).
+gaps. ``allmem/run/attempts.py`` keeps the other files true across attempts (lock, manifest, ledger, events).
 This module holds the layout, the run's identity and name, and the file primitives.
 """
 
@@ -446,7 +446,7 @@ def write_json(path: Path, obj: Any) -> None:
 
 def prepare(run_dir: Path, cfg: DictConfig) -> None:
     """Create the directory and write the resolved config; refuse to resume a run made with another config
-    (the data are compared per attempt, ``allmem.attempts.begin``)."""
+    (the data are compared per attempt, ``allmem.run.attempts.begin``)."""
     from allmem.errors import ConfigError
 
     run_dir.mkdir(parents=True, exist_ok=True)
