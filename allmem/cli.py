@@ -50,7 +50,7 @@ def _run(argv: list[str]) -> int:
     from allmem.errors import Interrupted, expected_errors, is_environment_error, one_line
 
     expected = expected_errors()
-    from allmem.run.files import credential_override
+    from allmem.run.identity import credential_override
 
     if refused := credential_override(argv):  # before Hydra writes the overrides into its folder
         print(f"allmem run: error: {refused}", file=sys.stderr)

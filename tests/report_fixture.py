@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from allmem.fingerprint import source_fingerprint
 from allmem.metrics import score_records
 from allmem.report.targets import _compose, sweep_points
-from allmem.run import files
+from allmem.run import files, identity
 
 DIALOGUES = ("conv-26", "conv-44")  # one fit conversation, one held out
 CATEGORIES = (1, 2, 4, 4)  # per dialogue, question i has category CATEGORIES[i]
@@ -72,9 +72,11 @@ def write_run(
     tokens: Callable[[int], int] = lambda i: 200,
 ) -> Path:
     cfg = _compose(list(overrides))
-    digest = files.data_digest(cfg)
+    digest = identity.data_digest(cfg)
     path = (
-        root / str(cfg.dataset.name) / f"{files.run_label(cfg, overrides)}-{files.config_hash(cfg, digest)}"
+        root
+        / str(cfg.dataset.name)
+        / f"{identity.run_label(cfg, overrides)}-{identity.config_hash(cfg, digest)}"
     )
     path.mkdir(parents=True)
     (path / files.CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
@@ -99,8 +101,8 @@ def write_run(
     (path / files.SYSTEM_STATS).write_text("".join(json.dumps(s) + "\n" for s in stats))
     metrics = score_records(records, "allmem")
     metrics["run"] = {
-        "label": files.run_label(cfg, overrides),
-        "config_hash": files.config_hash(cfg, digest),
+        "label": identity.run_label(cfg, overrides),
+        "config_hash": identity.config_hash(cfg, digest),
     }
     metrics["backend"] = {"llm": "offline", "llm_model": "offline", "offline": True}
     metrics["cost"] = {
@@ -130,7 +132,7 @@ def write_experiment(
             continue
         overrides = [f"+experiment={experiment}", "dataset=locomo", *extra, *point]
         cfg = _compose(overrides)
-        digest = files.config_hash(cfg, files.data_digest(cfg))
+        digest = identity.config_hash(cfg, identity.data_digest(cfg))
         if list((root / "locomo").glob(f"*-{digest}")):
             continue  # the same configuration is shared by several experiments
         out.append(write_run(root, overrides, lambda i, label=label: correct(label, i)))

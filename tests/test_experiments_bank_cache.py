@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
 from allmem.memory.system import AllMem
-from allmem.run import files
+from allmem.run import files, identity
 from allmem.run.runner import run
 from allmem.systems import Resources
 
@@ -149,15 +149,14 @@ def test_probe_times_both_surfaces_at_every_checkpoint(tmp_path):
 
 
 def test_bank_cache_folder_is_not_part_of_a_runs_identity(cache_dir):
-    from allmem.run import files
 
     a = _cfg(["method=allmem", "run.bank_cache=/somewhere/banks"])
     b = _cfg(["method=allmem", "run.bank_cache=/elsewhere/banks"])
     c = _cfg(["method=allmem"])
-    assert files.config_hash(a, "d") == files.config_hash(b, "d") == files.config_hash(c, "d")
-    assert files.override_dirname(["run.bank_cache=/x", "hydra/launcher=local", "method.retrieval.K=4"]) == (
-        "method.retrieval.K=4"
-    )
+    assert identity.config_hash(a, "d") == identity.config_hash(b, "d") == identity.config_hash(c, "d")
+    assert identity.override_dirname(
+        ["run.bank_cache=/x", "hydra/launcher=local", "method.retrieval.K=4"]
+    ) == ("method.retrieval.K=4")
 
 
 def test_a_complete_run_under_another_name_is_not_made_again(tmp_path):
@@ -167,8 +166,8 @@ def test_a_complete_run_under_another_name_is_not_made_again(tmp_path):
     twin.mkdir(parents=True)
     (twin / files.DONE).write_text("complete\n")
     asked = tmp_path / "locomo" / "allmem,experiment=fig3,method.retrieval.K=16-0123456789"
-    assert files.complete_twin(asked) == twin
-    assert files.complete_twin(tmp_path / "locomo" / "allmem-9999999999") is None
-    assert files.complete_twin(tmp_path / "my-named-run") is None  # run.name: no hash suffix
+    assert identity.complete_twin(asked) == twin
+    assert identity.complete_twin(tmp_path / "locomo" / "allmem-9999999999") is None
+    assert identity.complete_twin(tmp_path / "my-named-run") is None  # run.name: no hash suffix
     (twin / files.DONE).unlink()
-    assert files.complete_twin(asked) is None  # incomplete runs never count
+    assert identity.complete_twin(asked) is None  # incomplete runs never count

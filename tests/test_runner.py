@@ -17,7 +17,7 @@ from hydra import compose, initialize_config_dir
 from allmem.errors import ConfigError
 from allmem.metrics import score_file
 from allmem.metrics.protocols import NOT_MENTIONED, get_protocol
-from allmem.run import files
+from allmem.run import files, identity
 from allmem.run.runner import run
 from allmem.types import Question
 
@@ -149,9 +149,9 @@ def test_torn_last_line_is_cut_before_appending(tmp_path):
 def test_changed_config_refuses_to_resume(tmp_path, cache_dir, fixtures_dir):
     tiny = fixtures_dir / "locomo_tiny.json"
     base = ["method=bm25", f"dataset.path={tiny}", "run.name=same", *_common(tmp_path, cache_dir)]
-    files.prepare(tmp_path / "same", _cfg(base))
+    identity.prepare(tmp_path / "same", _cfg(base))
     with pytest.raises(ConfigError, match="different config"):
-        files.prepare(tmp_path / "same", _cfg([*base, "budget.tokens=100"]))
+        identity.prepare(tmp_path / "same", _cfg([*base, "budget.tokens=100"]))
 
 
 def test_two_options_is_seeded_and_holds_the_gold():
@@ -238,7 +238,7 @@ MUST_NOT_CHANGE = [
 
 def _rel_dir(tmp_path: Path, tiny: Path, extra: list[str], method: str = "bm25") -> Path:
     overrides = [f"method={method}", f"dataset.path={tiny}", f"run.root={tmp_path}", *extra]
-    return files.resolve(_cfg(overrides), overrides).relative_to(tmp_path)
+    return identity.resolve(_cfg(overrides), overrides).relative_to(tmp_path)
 
 
 @pytest.mark.parametrize("override", MUST_CHANGE)

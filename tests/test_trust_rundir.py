@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from allmem.run import files
+from allmem.run import files, identity
 from tests.faultkit import FIXTURES, allmem_run, done_dir, env
 
 TINY = FIXTURES / "locomo_tiny.json"
@@ -89,7 +89,7 @@ def test_a_stored_interpolation_is_never_resolved(
     text = backend_text([run]) + question_table([run]).to_csv()
     assert SECRET not in text
     assert "openai:${oc.env:H1_SECRET_KEY}" in text
-    assert files.config_hash(files.read_config_data(run_dir)) == files.config_hash(run.cfg)
+    assert identity.config_hash(files.read_config_data(run_dir)) == identity.config_hash(run.cfg)
 
 
 # --- item 9: credentials in a URL ---------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from allmem.errors import ConfigError
 from allmem.metrics.protocols import Protocol, as_protocol
-from allmem.run import files
+from allmem.run import files, identity
 
 
 @dataclass(frozen=True, eq=False)
@@ -64,7 +64,7 @@ class Run:
     def config_hash(self) -> str:
         """The run's identity as the runner recorded it (config and data); computed for runs that predate that."""
         recorded = (self.metrics.get("run") or {}).get("config_hash")
-        return str(recorded) if recorded else files.config_hash(self.cfg)
+        return str(recorded) if recorded else identity.config_hash(self.cfg)
 
     def value(self, key: str, default: Any = None) -> Any:
         """A config value by dotted key (``method.retrieval.K``), or ``default`` when absent."""

@@ -33,7 +33,7 @@ from allmem.metrics.judge import invalid_warning
 from allmem.metrics.protocols import Protocol
 from allmem.metrics.retrieval import rank_source_ids
 from allmem.report.wandb_log import log_run
-from allmem.run import attempts, files, preflight
+from allmem.run import attempts, files, identity, preflight
 from allmem.systems import MemorySystem, Resources
 from allmem.types import AnswerInfo, AnswerRequest, Dialogue, Prediction, Question
 from benchmarks import load_dataset
@@ -164,13 +164,13 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
     ``allmem.errors.expected_errors``.
     """
     overrides = task_overrides() if overrides is None else list(overrides)
-    digest = files.data_digest(cfg)
-    run_dir = files.resolve(cfg, overrides, digest)
-    if files.reusable(run_dir, cfg, digest):  # a complete run of another config or data there is refused
+    digest = identity.data_digest(cfg)
+    run_dir = identity.resolve(cfg, overrides, digest)
+    if identity.reusable(run_dir, cfg, digest):  # a complete run of another config or data there is refused
         log.info("complete run found, skipping: %s", run_dir)
         print(f"[allmem] skip (complete): {run_dir}")
         return run_dir
-    twin = None if cfg.run.get("name") else files.complete_twin(run_dir)
+    twin = None if cfg.run.get("name") else identity.complete_twin(run_dir)
     if (
         twin is not None
     ):  # the same config and data under another name (e.g. a sweep point equal to the default)
@@ -187,10 +187,10 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
     data_files = sorted({Path(d.source) for d in dialogues if d.source})
 
     with attempts.RunLock(run_dir):
-        if files.reusable(run_dir, cfg, digest):  # another process finished it while this one was starting
+        if identity.reusable(run_dir, cfg, digest):  # another process finished it while this one was starting
             print(f"[allmem] skip (complete): {run_dir}")
             return run_dir
-        files.prepare(run_dir, cfg)
+        identity.prepare(run_dir, cfg)
         attempt = attempts.begin(run_dir, data_files, backend, digest)
         status, stopped = "crashed", None
         try:  # from here on, however the attempt ends (an error, Ctrl-C, SIGTERM), the manifest says how
@@ -224,8 +224,8 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
         if warning := invalid_warning(metrics, str(run_dir)):  # allmem.metrics.judge.INVALID_WARN_RATE
             log.warning(warning)
         metrics["run"] = {
-            "label": files.run_label(cfg, overrides),
-            "config_hash": files.config_hash(cfg, digest),
+            "label": identity.run_label(cfg, overrides),
+            "config_hash": identity.config_hash(cfg, digest),
             "attempts": attempt,
         }
         metrics["backend"] = backend
