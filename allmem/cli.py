@@ -42,7 +42,7 @@ def _run(argv: list[str]) -> int:
     from omegaconf import DictConfig
 
     import allmem.paths  # noqa: F401 - registers the ${allmem.repo:...} resolver the configs use
-    from allmem.runner import run
+    from allmem.run.runner import run
 
     if not CONFIG_DIR.is_dir():
         print(f"allmem: config folder not found: {CONFIG_DIR}", file=sys.stderr)
@@ -51,12 +51,12 @@ def _run(argv: list[str]) -> int:
     from allmem.errors import Interrupted, expected_errors, is_environment_error, one_line
 
     expected = expected_errors()
-    from allmem.rundir import credential_override
+    from allmem.run.identity import credential_override
 
     if refused := credential_override(argv):  # before Hydra writes the overrides into its folder
         print(f"allmem run: error: {refused}", file=sys.stderr)
         return 1
-    from allmem.preflight import renamed_override
+    from allmem.run.preflight import renamed_override
 
     if refused := renamed_override(argv):  # Hydra would only say the old key is not in the config
         print(f"allmem run: error: {refused}", file=sys.stderr)
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return int(paper_main(rest) or 0)
     if command == "compare":
-        from allmem.compare import main as compare_main
+        from allmem.run.compare import main as compare_main
 
         return int(compare_main(rest) or 0)
     if command == "download":

@@ -16,25 +16,13 @@ from functools import cache
 from pathlib import Path
 from typing import Any, TypeVar
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from allmem.errors import ConfigError
+from allmem.run.files import plain  # the one config-to-dict conversion; re-exported for callers here
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 T = TypeVar("T")
-
-
-def plain(node: Any) -> dict[str, Any]:
-    """A config node (DictConfig, mapping or None) as a resolved plain dict."""
-    if node is None:
-        return {}
-    if isinstance(node, DictConfig):
-        out = OmegaConf.to_container(node, resolve=True)
-        assert isinstance(out, dict)
-        return out
-    if isinstance(node, Mapping):
-        return {k: plain(v) if isinstance(v, Mapping | DictConfig) else v for k, v in node.items()}
-    raise ConfigError(f"expected a mapping, got {type(node).__name__}")
 
 
 def _value(value: Any) -> Any:

@@ -196,7 +196,13 @@ class Answer:
 
 
 class RecordError(ValueError):
-    """A prediction record that cannot be read or scored; the message names where it is and the field."""
+    """A record (a line of a run file) that cannot be read or scored; the message names where it is."""
+
+
+# The version of the records a run writes (``Prediction``, ``CallRecord``, system stats, ATC events). Bump it once
+# per change of fields, here, with the change; every attempt's manifest entry records it (``records``), so a
+# reader can tell which fields a run's files hold. docs/DESIGN.md keeps the history.
+RECORD_VERSION = 1
 
 
 @dataclass(frozen=True)

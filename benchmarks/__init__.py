@@ -13,6 +13,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from allmem.run.files import plain
 from allmem.types import Dialogue
 from benchmarks.errors import DatasetError
 
@@ -20,20 +21,6 @@ __all__ = ["DatasetError", "fit_split", "load_dataset"]
 
 # Keys of configs/dataset/*.yaml that load_dataset consumes; every other key is passed to the loader.
 _HARNESS_KEYS = ("name", "_target_", "path", "limit_dialogues", "limit_questions", "fit_dialogues")
-
-
-def _as_dict(cfg: Any) -> dict[str, Any]:
-    if isinstance(cfg, Mapping):
-        return dict(cfg)
-    try:  # an OmegaConf DictConfig (what Hydra hands the runner)
-        from omegaconf import OmegaConf
-
-        container = OmegaConf.to_container(cfg, resolve=True)
-    except Exception as exc:  # noqa: BLE001 - report what we got, whatever went wrong
-        raise TypeError(f"dataset config must be a mapping, got {type(cfg).__name__}") from exc
-    if not isinstance(container, dict):
-        raise TypeError(f"dataset config must be a mapping, got {type(cfg).__name__}")
-    return {str(k): v for k, v in container.items()}
 
 
 def _import(target: str) -> Callable[..., list[Dialogue]]:
@@ -48,7 +35,7 @@ def _import(target: str) -> Callable[..., list[Dialogue]]:
 
 def _limit(cfg: Mapping[str, Any], key: str) -> int | None:
     """``dataset.limit_*``: null or a count. -1, 1.5 or true would slice the data silently (``[:-1]`` drops the
-    last dialogue), so they are refused in one line; ``allmem.preflight`` checks them before the run exists."""
+    last dialogue), so they are refused in one line; ``allmem.run.preflight`` checks them before the run exists."""
     from allmem.errors import ConfigError
 
     value = cfg.get(key)
@@ -61,7 +48,7 @@ def _limit(cfg: Mapping[str, Any], key: str) -> int | None:
 
 def check_limits(cfg: Any) -> None:
     """Raise ``ConfigError`` naming the key when a ``dataset.limit_*`` value cannot be a count."""
-    conf = _as_dict(cfg)
+    conf = plain(cfg)
     for key in ("limit_dialogues", "limit_questions"):
         _limit(conf, key)
 
@@ -75,7 +62,7 @@ def load_dataset(cfg: Any) -> list[Dialogue]:
     """
     from allmem.paths import resolve_data_path
 
-    conf = _as_dict(cfg)
+    conf = plain(cfg)
     missing = [k for k in ("name", "_target_") if not conf.get(k)]
     if missing:
         raise ValueError(f"dataset config lacks {', '.join(missing)}")

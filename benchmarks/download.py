@@ -10,7 +10,6 @@ to put it. Hence a short connect probe before any client that would otherwise re
 from __future__ import annotations
 
 import argparse
-import hashlib
 import logging
 import os
 import shutil
@@ -25,6 +24,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from allmem.paths import dataset_files, repo_root
+from allmem.run.files import sha256_file, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +51,6 @@ class DownloadError(RuntimeError):
 
 class ChecksumError(DownloadError):
     """A file's sha256 differs from the expected one."""
-
-
-def sha256_file(path: str | os.PathLike[str]) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def verify_sha256(path: str | os.PathLike[str], expected: str) -> str:
@@ -114,7 +106,7 @@ def _help(title: str, page: str, target: Path, reason: str) -> str:
 
 def _record(path: Path, digest: str) -> None:
     """Write ``<file>.sha256`` (sha256sum format) so the manifest and later runs can check the data."""
-    path.with_name(path.name + ".sha256").write_text(f"{digest}  {path.name}\n")
+    write_atomic(path.with_name(path.name + ".sha256"), f"{digest}  {path.name}\n")
 
 
 def _download_locomo(target: Path, url: str, timeout: float, force: bool) -> Path:

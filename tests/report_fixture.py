@@ -15,11 +15,11 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from allmem import rundir
 from allmem.fingerprint import source_fingerprint
 from allmem.memory.atc.summary import summarise_events
 from allmem.metrics import score_records
 from allmem.report.targets import _compose, sweep_points
+from allmem.run import files, identity
 
 DIALOGUES = ("conv-26", "conv-44")  # one fit conversation, one held out
 CATEGORIES = (1, 2, 4, 4)  # per dialogue, question i has category CATEGORIES[i]
@@ -73,14 +73,16 @@ def write_run(
     tokens: Callable[[int], int] = lambda i: 200,
 ) -> Path:
     cfg = _compose(list(overrides))
-    digest = rundir.data_digest(cfg)
+    digest = identity.data_digest(cfg)
     path = (
-        root / str(cfg.dataset.name) / f"{rundir.run_label(cfg, overrides)}-{rundir.config_hash(cfg, digest)}"
+        root
+        / str(cfg.dataset.name)
+        / f"{identity.run_label(cfg, overrides)}-{identity.config_hash(cfg, digest)}"
     )
     path.mkdir(parents=True)
-    (path / rundir.CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    (path / files.CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
     records = _records(correct, tokens)
-    (path / rundir.PREDICTIONS).write_text("".join(json.dumps(r) + "\n" for r in records))
+    (path / files.PREDICTIONS).write_text("".join(json.dumps(r) + "\n" for r in records))
     atc = cfg.get("atc") is not None and bool(cfg.atc.enabled) and str(cfg.method._target_).endswith("AllMem")
     events = _atc_events(float(cfg.atc.theta)) if atc else []
     if events:
@@ -99,22 +101,22 @@ def write_run(
             row["recoverability"] = {"n_archived": row["n_archived"], "unreachable_share": 0.0, "mode": "directed",
                                      "curve": {"0": 0.0, "1": 0.5, "2": 1.0, "3": 1.0}}  # fmt: skip
         stats.append(row)
-    (path / rundir.SYSTEM_STATS).write_text("".join(json.dumps(s) + "\n" for s in stats))
+    (path / files.SYSTEM_STATS).write_text("".join(json.dumps(s) + "\n" for s in stats))
     metrics = score_records(records, "allmem")
     metrics["run"] = {
-        "label": rundir.run_label(cfg, overrides),
-        "config_hash": rundir.config_hash(cfg, digest),
+        "label": identity.run_label(cfg, overrides),
+        "config_hash": identity.config_hash(cfg, digest),
     }
     metrics["backend"] = {"llm": "offline", "llm_model": "offline", "offline": True}
     metrics["cost"] = {
         "write": {"tokens_in": 100, "tokens_out": 20},
         "generate": {"tokens_in": 8 * 300, "tokens_out": 8},
     }
-    (path / rundir.METRICS).write_text(json.dumps(metrics))
+    (path / files.METRICS).write_text(json.dumps(metrics))
     manifest = {"git": {"sha": "0123456789abcdef", "dirty": False}, "written_at": "2026-01-02T03:04:05+00:00",
                 "backend": metrics["backend"], "data": {}, "code": source_fingerprint()}  # fmt: skip
-    (path / rundir.MANIFEST).write_text(json.dumps(manifest))
-    (path / rundir.DONE).write_text("complete\n")
+    (path / files.MANIFEST).write_text(json.dumps(manifest))
+    (path / files.DONE).write_text("complete\n")
     return path
 
 
@@ -133,7 +135,7 @@ def write_experiment(
             continue
         overrides = [f"+experiment={experiment}", "dataset=locomo", *extra, *point]
         cfg = _compose(overrides)
-        digest = rundir.config_hash(cfg, rundir.data_digest(cfg))
+        digest = identity.config_hash(cfg, identity.data_digest(cfg))
         if list((root / "locomo").glob(f"*-{digest}")):
             continue  # the same configuration is shared by several experiments
         out.append(write_run(root, overrides, lambda i, label=label: correct(label, i)))

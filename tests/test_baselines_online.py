@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from allmem import rundir
 from allmem.llm.prompts import load_template
-from allmem.runner import run
+from allmem.run import files
+from allmem.run.runner import run
 from tests.llm_stub import StubLLM
 
 REPO = Path(__file__).resolve().parents[1]
@@ -107,13 +107,13 @@ def test_online_prompts_then_replay_makes_no_request(
         ]  # fmt: skip
         online = _run([*common, f"run.root={tmp_path / 'online'}", "llm=openai", f"llm.base_url={stub.base_url}",
                        "llm.api_key_env=ALLMEM_STUB_KEY", "llm.rpm=null", "llm.tpm=null"])  # fmt: skip
-        calls = [json.loads(x) for x in (online / rundir.CALLS).read_text().splitlines()]
+        calls = [json.loads(x) for x in (online / files.CALLS).read_text().splitlines()]
         used = {c["template"] for c in calls}
         assert TEMPLATES[method] <= used, f"{method} never sent {TEMPLATES[method] - used}"
         for c in calls:
             if c["template"] in TEMPLATES[method]:
                 assert c["phase"] == load_template(c["template"]).phase and c["ok"], c
-        stats = rundir.read_jsonl(online / rundir.SYSTEM_STATS)
+        stats = files.read_jsonl(online / files.SYSTEM_STATS)
         assert not any(k.startswith("failed_") for s in stats for k in s), stats  # every reply was applied
         n_requests = stub.count
         assert n_requests == len(calls)
@@ -128,10 +128,10 @@ def test_online_prompts_then_replay_makes_no_request(
                 r["answer"] = {k: v for k, v in (r.get("answer") or {}).items() if k != "cached"}
             return out
 
-        assert strip(rundir.read_jsonl(replay / rundir.PREDICTIONS)) == strip(
-            rundir.read_jsonl(online / rundir.PREDICTIONS)
+        assert strip(files.read_jsonl(replay / files.PREDICTIONS)) == strip(
+            files.read_jsonl(online / files.PREDICTIONS)
         )
-        replayed = [json.loads(x) for x in (replay / rundir.CALLS).read_text().splitlines()]
+        replayed = [json.loads(x) for x in (replay / files.CALLS).read_text().splitlines()]
         assert len(replayed) == len(calls) and all(c["cached"] for c in replayed)
     finally:
         stub.stop()

@@ -1,4 +1,4 @@
-"""The comparison rule (``allmem.rundir.same_result``, ``allmem compare``): two runs of the same config are the
+"""The comparison rule (``allmem.run.compare.same_result``, ``allmem compare``): two runs of the same config are the
 same result whatever their timings, cache state, attempts or process; a changed answer is a difference."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from allmem import rundir
+from allmem.run import compare, files
 from tests.faultkit import FIXTURES, allmem_run, done_dir, env
 
 TINY = FIXTURES / "locomo_tiny.json"
@@ -26,7 +26,7 @@ def _compare(a: Path, b: Path) -> subprocess.CompletedProcess[str]:
 
 
 def _edit_predictions(run: Path, change) -> None:  # noqa: ANN001 - a callable on one record
-    path = run / rundir.PREDICTIONS
+    path = run / files.PREDICTIONS
     lines = [json.loads(x) for x in path.read_text().splitlines()]
     change(lines[0])
     path.write_text("".join(json.dumps(x) + "\n" for x in reversed(lines)))  # order does not matter either
@@ -44,7 +44,7 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def test_two_runs_of_one_config_are_the_same(two_runs: tuple[Path, Path]) -> None:
     a, b = two_runs
-    assert rundir.same_result(a, b) == []
+    assert compare.same_result(a, b) == []
     res = _compare(a.parents[1], b.parents[1])  # two run roots: matched by relative path
     assert res.returncode == 0, res.stdout + res.stderr
     assert f"{a.relative_to(a.parents[1]).as_posix()}: same" in res.stdout
@@ -53,9 +53,9 @@ def test_two_runs_of_one_config_are_the_same(two_runs: tuple[Path, Path]) -> Non
 def test_changed_latency_is_the_same_result(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
     copy = shutil.copytree(two_runs[0], tmp_path / "copy")
     _edit_predictions(copy, lambda r: r["latency_ms"].update(generate=12345.0))
-    metrics = json.loads((copy / rundir.METRICS).read_text())
+    metrics = json.loads((copy / files.METRICS).read_text())
     metrics["wall_s_last_session"] = 999.0
-    (copy / rundir.METRICS).write_text(json.dumps(metrics))
+    (copy / files.METRICS).write_text(json.dumps(metrics))
     res = _compare(two_runs[1], copy)
     assert res.returncode == 0, res.stdout + res.stderr
 
@@ -63,7 +63,7 @@ def test_changed_latency_is_the_same_result(two_runs: tuple[Path, Path], tmp_pat
 def test_changed_prediction_differs(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
     copy = shutil.copytree(two_runs[0], tmp_path / "copy")
     _edit_predictions(copy, lambda r: r.update(prediction="something else"))
-    diffs = rundir.same_result(two_runs[1], copy)
+    diffs = compare.same_result(two_runs[1], copy)
     assert len(diffs) == 1 and diffs[0].startswith("predictions.jsonl.conv-1/conv-1:q0000.prediction:")
     res = _compare(two_runs[1], copy)
     assert res.returncode == 1

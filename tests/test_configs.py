@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
-from allmem.runner import build
+from allmem.run.runner import build
 from allmem.systems import MemorySystem, Resources
 from benchmarks import load_dataset
 

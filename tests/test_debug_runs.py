@@ -1,7 +1,7 @@
 """Every method, experiment file and dataset runs end to end on the debug config (``+debug=default``).
 
 The debug config is the tiny LoCoMo fixture and the model-free hash embedder, so these are real runs through
-``allmem.runner.run`` (ingest, retrieve, pack, answer, score, seal the run directory) that take seconds. The
+``allmem.run.runner.run`` (ingest, retrieve, pack, answer, score, seal the run directory) that take seconds. The
 lists are globbed from ``configs/``: a method or an experiment file added later is run without editing this file.
 """
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from allmem import rundir
-from allmem.runner import run
+from allmem.run import files
+from allmem.run.runner import run
 from benchmarks import load_dataset
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,8 +40,8 @@ def _debug_run(overrides: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 def _check_complete(run_dir: Path, cfg) -> list[dict]:  # noqa: ANN001 - a composed DictConfig
     """A sealed run: one prediction per question asked, each within the budget and citing its own dialogue."""
-    assert (run_dir / rundir.DONE).exists()
-    records = rundir.read_jsonl(run_dir / rundir.PREDICTIONS)
+    assert (run_dir / files.DONE).exists()
+    records = files.read_jsonl(run_dir / files.PREDICTIONS)
     dialogues = load_dataset(cfg.dataset)  # the same questions, limits applied, whatever the dataset
     asked = {q.id for d in dialogues for q in d.questions}
     assert [r["question_id"] for r in records] == [q.id for d in dialogues for q in d.questions] and asked
@@ -49,7 +49,7 @@ def _check_complete(run_dir: Path, cfg) -> list[dict]:  # noqa: ANN001 - a compo
     for r in records:
         assert r["context_tokens"] <= cfg.budget.tokens
         assert set(r["ranked_source_ids"]) <= sources[r["dialogue_id"]], r["question_id"]
-    metrics = json.loads((run_dir / rundir.METRICS).read_text())
+    metrics = json.loads((run_dir / files.METRICS).read_text())
     assert metrics["backend"]["offline"] is True and metrics["overall"]["judge"] is None
     return records
 

@@ -11,11 +11,11 @@ from fakes import stream_sessions
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from allmem import rundir
 from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
 from allmem.memory.system import AllMem
-from allmem.runner import run
+from allmem.run import files, identity
+from allmem.run.runner import run
 from allmem.systems import Resources
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -34,7 +34,7 @@ def _common(tmp: Path, cache: Path, fixtures: Path) -> list[str]:
 def _answers(run_dir: Path) -> list[dict]:
     return [
         {k: v for k, v in r.items() if k != "latency_ms"}
-        for r in rundir.read_jsonl(run_dir / rundir.PREDICTIONS)
+        for r in files.read_jsonl(run_dir / files.PREDICTIONS)
     ]
 
 
@@ -50,7 +50,7 @@ def test_reused_bank_answers_exactly_like_a_fresh_ingestion(tmp_path, cache_dir,
     assert _answers(reused) == _answers(fresh)
 
     def stats(d: Path) -> list[dict]:
-        return rundir.read_jsonl(d / rundir.SYSTEM_STATS)
+        return files.read_jsonl(d / files.SYSTEM_STATS)
 
     assert all(s["bank_cache"]["hit"] is False for s in stats(first))
     assert all(s["bank_cache"]["hit"] is True for s in stats(reused))
@@ -147,26 +147,25 @@ def test_probe_times_both_surfaces_at_every_checkpoint(tmp_path):
 
 
 def test_bank_cache_folder_is_not_part_of_a_runs_identity(cache_dir):
-    from allmem import rundir
 
     a = _cfg(["method=allmem", "run.bank_cache=/somewhere/banks"])
     b = _cfg(["method=allmem", "run.bank_cache=/elsewhere/banks"])
     c = _cfg(["method=allmem"])
-    assert rundir.config_hash(a, "d") == rundir.config_hash(b, "d") == rundir.config_hash(c, "d")
-    assert rundir.override_dirname(["run.bank_cache=/x", "hydra/launcher=local", "method.retrieval.K=4"]) == (
-        "method.retrieval.K=4"
-    )
+    assert identity.config_hash(a, "d") == identity.config_hash(b, "d") == identity.config_hash(c, "d")
+    assert identity.override_dirname(
+        ["run.bank_cache=/x", "hydra/launcher=local", "method.retrieval.K=4"]
+    ) == ("method.retrieval.K=4")
 
 
 def test_a_complete_run_under_another_name_is_not_made_again(tmp_path):
-    from allmem import rundir
+    from allmem.run import files
 
     twin = tmp_path / "locomo" / "allmem,experiment=table1-0123456789"
     twin.mkdir(parents=True)
-    (twin / rundir.DONE).write_text("complete\n")
+    (twin / files.DONE).write_text("complete\n")
     asked = tmp_path / "locomo" / "allmem,experiment=fig3,method.retrieval.K=16-0123456789"
-    assert rundir.complete_twin(asked) == twin
-    assert rundir.complete_twin(tmp_path / "locomo" / "allmem-9999999999") is None
-    assert rundir.complete_twin(tmp_path / "my-named-run") is None  # run.name: no hash suffix
-    (twin / rundir.DONE).unlink()
-    assert rundir.complete_twin(asked) is None  # incomplete runs never count
+    assert identity.complete_twin(asked) == twin
+    assert identity.complete_twin(tmp_path / "locomo" / "allmem-9999999999") is None
+    assert identity.complete_twin(tmp_path / "my-named-run") is None  # run.name: no hash suffix
+    (twin / files.DONE).unlink()
+    assert identity.complete_twin(asked) is None  # incomplete runs never count

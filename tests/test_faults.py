@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from allmem import rundir
-from allmem.llm.ledger import price_run, read_calls
+from allmem.llm.ledger import price_run
+from allmem.run import files
 from tests.faultkit import FIXTURES, REPO, allmem_run, common, done_dir, env, popen_run, run_dirs
 from tests.llm_stub import StubLLM
 
@@ -107,10 +107,10 @@ def test_an_endpoint_that_hangs_on_chat_calls_trips_the_breaker(tmp_path):
     retries = [line for line in res.err_lines if "retry 1 of 1" in line]
     assert len(retries) == 2 and all("Timeout" in line and "WARNING" in line for line in retries)
     (run_dir,) = run_dirs(tmp_path)
-    assert not (run_dir / rundir.DONE).exists() and not (run_dir / rundir.METRICS).exists()
-    (failed,) = rundir.read_jsonl(run_dir / rundir.PREDICTIONS)
+    assert not (run_dir / files.DONE).exists() and not (run_dir / files.METRICS).exists()
+    (failed,) = files.read_jsonl(run_dir / files.PREDICTIONS)
     assert failed["prediction"] == "" and failed["error"].startswith("answer: transport: APITimeoutError")
-    manifest = json.loads((run_dir / rundir.MANIFEST).read_text())
+    manifest = json.loads((run_dir / files.MANIFEST).read_text())
     assert manifest["attempts"][-1]["status"] == "stopped" and manifest["attempts"][-1]["failed"] == 1
 
 
@@ -124,10 +124,10 @@ def test_failed_questions_are_recorded_not_sealed_and_a_rerun_retries_exactly_th
         _assert_one_line_error(first, f"1 of {N_TINY} questions failed", stub.base_url, "InternalServerError")
         assert "no DONE" in first.last_line() and "run the same command again" in first.last_line()
         (run_dir,) = run_dirs(tmp_path)
-        records = rundir.read_jsonl(run_dir / rundir.PREDICTIONS)
+        records = files.read_jsonl(run_dir / files.PREDICTIONS)
         failed = [r for r in records if "error" in r]
         assert len(records) == N_TINY and len(failed) == 1 and "judge" not in failed[0]
-        assert not (run_dir / rundir.DONE).exists()
+        assert not (run_dir / files.DONE).exists()
         # the scorer and the report refuse it: a failed run never looks like a result
         score = subprocess.run([sys.executable, "-m", "allmem.cli", "score", str(run_dir)], capture_output=True,
                                text=True, cwd=tmp_path)  # fmt: skip
@@ -143,16 +143,16 @@ def test_failed_questions_are_recorded_not_sealed_and_a_rerun_retries_exactly_th
         assert stub.count - n_before == 2  # exactly the failed question: its answer and its judge call
     finally:
         stub.stop()
-    records = rundir.read_jsonl(run_dir / rundir.PREDICTIONS)
+    records = files.read_jsonl(run_dir / files.PREDICTIONS)
     assert len(records) == N_TINY and not any("error" in r for r in records)
     assert len({r["question_id"] for r in records}) == N_TINY
-    manifest = json.loads((run_dir / rundir.MANIFEST).read_text())
+    manifest = json.loads((run_dir / files.MANIFEST).read_text())
     assert [a["status"] for a in manifest["attempts"]] == ["failed", "complete"]
     assert manifest["attempts"][0]["failed_ids"] == [failed[0]["question_id"]]
-    metrics = json.loads((run_dir / rundir.METRICS).read_text())
+    metrics = json.loads((run_dir / files.METRICS).read_text())
     assert metrics["run"]["attempts"] == 2 and metrics["overall"]["count"] == N_TINY
     # the failed attempt's calls stay in the ledger, under attempt 1, outside the run's cost
-    calls = read_calls(run_dir / rundir.CALLS)
+    calls = files.read_jsonl(run_dir / files.CALLS)
     assert [c["attempt"] for c in calls if c["error"]] == [1]
     assert metrics["cost"]["all"]["calls"] == 2 * N_TINY
     assert metrics["cost_all_attempts"]["all"]["calls"] == 2 * N_TINY + 1
@@ -225,7 +225,7 @@ def test_a_second_run_of_the_same_config_fails_at_once_and_a_killed_holder_never
         lock = None
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and holder.poll() is None:
-            locks = list((tmp_path / "runs").rglob(rundir.LOCK)) if (tmp_path / "runs").exists() else []
+            locks = list((tmp_path / "runs").rglob(files.LOCK)) if (tmp_path / "runs").exists() else []
             if locks and locks[0].read_text().startswith(str(holder.pid)):
                 lock = locks[0]
                 break
@@ -235,7 +235,7 @@ def test_a_second_run_of_the_same_config_fails_at_once_and_a_killed_holder_never
         second = allmem_run(tmp_path, *args, environ=_keyed())
         _assert_one_line_error(second, "is in use by another allmem run", f"PID {holder.pid}")
         assert time.monotonic() - t0 < 60
-        assert rundir.read_jsonl(lock.parent / rundir.PREDICTIONS) == []  # the second appended nothing
+        assert files.read_jsonl(lock.parent / files.PREDICTIONS) == []  # the second appended nothing
 
         holder.send_signal(signal.SIGKILL)
         holder.wait()
@@ -248,7 +248,7 @@ def test_a_second_run_of_the_same_config_fails_at_once_and_a_killed_holder_never
             False  # the killed holder's request still sleeps in the stub: don't wait
         )
         stub.stop()
-    records = rundir.read_jsonl(lock.parent / rundir.PREDICTIONS)
+    records = files.read_jsonl(lock.parent / files.PREDICTIONS)
     assert len(records) == len({r["question_id"] for r in records}) == N_TINY
 
 
@@ -269,7 +269,7 @@ def test_kill_and_resume_with_consolidation_keeps_every_record_true(tmp_path, lo
     killed.mkdir()
     clean.mkdir()
     proc = popen_run(killed, *args)
-    preds = killed / "runs" / "r" / rundir.PREDICTIONS
+    preds = killed / "runs" / "r" / files.PREDICTIONS
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
         if preds.exists() and preds.read_text().count("\n") >= 35:  # inside the second dialogue
@@ -279,10 +279,10 @@ def test_kill_and_resume_with_consolidation_keeps_every_record_true(tmp_path, lo
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     run_dir = preds.parent
-    for name in (rundir.CALLS, rundir.EVENTS):
+    for name in (files.CALLS, files.EVENTS):
         with (run_dir / name).open("a") as fh:
             fh.write('{"phase": "write", "backend": "off')  # a torn line, no newline
-    first_manifest = json.loads((run_dir / rundir.MANIFEST).read_text())["attempts"][0]
+    first_manifest = json.loads((run_dir / files.MANIFEST).read_text())["attempts"][0]
 
     resumed = allmem_run(killed, *args)
     assert resumed.rc == 0, resumed.err[-3000:]
@@ -291,25 +291,25 @@ def test_kill_and_resume_with_consolidation_keeps_every_record_true(tmp_path, lo
     other = clean / "runs" / "r"
 
     def rows(d: Path, name: str) -> list[dict]:
-        return rundir.read_jsonl(d / name)
+        return files.read_jsonl(d / name)
 
-    assert _strip(rows(run_dir, rundir.PREDICTIONS), ("latency_ms", "attempt")) == _strip(
-        rows(other, rundir.PREDICTIONS), ("latency_ms", "attempt")
+    assert _strip(rows(run_dir, files.PREDICTIONS), ("latency_ms", "attempt")) == _strip(
+        rows(other, files.PREDICTIONS), ("latency_ms", "attempt")
     )
     timing = ("latency_ms", "llm_latency_ms")
-    assert _strip(rows(run_dir, rundir.EVENTS), timing) == _strip(rows(other, rundir.EVENTS), timing)
-    assert [r["dialogue_id"] for r in rows(run_dir, rundir.SYSTEM_STATS)] == ["conv-26", "conv-30"]
-    k_metrics = json.loads((run_dir / rundir.METRICS).read_text())
-    c_metrics = json.loads((other / rundir.METRICS).read_text())
+    assert _strip(rows(run_dir, files.EVENTS), timing) == _strip(rows(other, files.EVENTS), timing)
+    assert [r["dialogue_id"] for r in rows(run_dir, files.SYSTEM_STATS)] == ["conv-26", "conv-30"]
+    k_metrics = json.loads((run_dir / files.METRICS).read_text())
+    c_metrics = json.loads((other / files.METRICS).read_text())
     for key in ("calls", "tokens_in", "tokens_out"):
         assert k_metrics["cost"]["all"][key] == c_metrics["cost"]["all"][key], key
     assert k_metrics["cost_all_attempts"]["all"]["calls"] > k_metrics["cost"]["all"]["calls"]
     assert k_metrics["run"]["attempts"] == 2
-    attempts = json.loads((run_dir / rundir.MANIFEST).read_text())["attempts"]
+    attempts = json.loads((run_dir / files.MANIFEST).read_text())["attempts"]
     assert [a["status"] for a in attempts] == ["interrupted", "complete"]
     assert attempts[0]["started_at"] == first_manifest["started_at"] and attempts[0]["git"]["sha"]
     assert attempts[0]["data_digest"] == attempts[1]["data_digest"]
-    calls = read_calls(run_dir / rundir.CALLS)  # every line whole again; pricing works
+    calls = files.read_jsonl(run_dir / files.CALLS)  # every line whole again; pricing works
     assert {c["attempt"] for c in calls} == {1, 2}
     assert price_run(run_dir)["usd"] == 0.0
 
@@ -344,7 +344,7 @@ def test_a_one_megabyte_turn_ingests(tmp_path):
     assert len(text) > 1_000_000
     res = allmem_run(tmp_path, "method=allmem_noatc", f"dataset.path={big}", timeout=240)
     assert res.rc == 0, res.err[-2000:]
-    stats = rundir.read_jsonl(done_dir(res) / rundir.SYSTEM_STATS)
+    stats = files.read_jsonl(done_dir(res) / files.SYSTEM_STATS)
     assert stats[0]["turns"] == 11
 
 
@@ -376,7 +376,7 @@ def test_degenerate_items_are_counted_and_warned_about(tmp_path):
     warnings = [line for line in res.err_lines if "WARNING" in line]
     for needle in ("1 empty turns", "1 empty questions", "1 questions without evidence"):
         assert any(needle in line for line in warnings), (needle, warnings)
-    inputs = json.loads((done_dir(res) / rundir.METRICS).read_text())["inputs"]
+    inputs = json.loads((done_dir(res) / files.METRICS).read_text())["inputs"]
     assert inputs["empty_turns"] == 1 and inputs["empty_questions"] == 1
     assert inputs["questions_without_evidence"] == 1 and inputs["questions"] == N_TINY
     assert inputs["questions_with_unmatched_evidence"] >= 1
@@ -393,7 +393,7 @@ def test_run_files_honour_the_umask(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     (run_dir,) = run_dirs(tmp_path)
-    for name in (rundir.CONFIG, rundir.MANIFEST, rundir.METRICS, rundir.PREDICTIONS, rundir.DONE):
+    for name in (files.CONFIG, files.MANIFEST, files.METRICS, files.PREDICTIONS, files.DONE):
         assert stat.S_IMODE((run_dir / name).stat().st_mode) == 0o664, name
 
 

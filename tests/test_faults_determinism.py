@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from allmem import rundir
+from allmem.run import files
 from tests.faultkit import FIXTURES, allmem_run, done_dir, env
 
 TIMING = ("latency_ms", "llm_latency_ms", "cached")
@@ -43,10 +43,10 @@ def test_cold_and_warm_caches_workers_and_hash_seed_do_not_change_results(tmp_pa
         assert res.rc == 0, res.err[-3000:]
         runs.append(done_dir(res))
     cold, warm = runs
-    events = [rundir.read_jsonl(d / rundir.EVENTS) for d in runs]
+    events = [files.read_jsonl(d / files.EVENTS) for d in runs]
     assert any(e["kind"] == "target" and e["state"] == "executed" for e in events[0]), "ATC changed nothing"
     assert _same(events[0]) == _same(events[1])
-    preds = [rundir.read_jsonl(d / rundir.PREDICTIONS) for d in runs]
+    preds = [files.read_jsonl(d / files.PREDICTIONS) for d in runs]
     assert _same(preds[0]) == _same(preds[1])
     # the second run really was warm: its answers came from the response cache
     assert all(p["answer"]["cached"] for p in preds[1]) and not any(p["answer"]["cached"] for p in preds[0])

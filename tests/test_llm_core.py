@@ -12,11 +12,12 @@ import pytest
 from allmem.llm import LLMError, build_llm
 from allmem.llm.base import ChatRequest
 from allmem.llm.cache import ResponseCache, cache_key
-from allmem.llm.ledger import Ledger, price_calls, read_calls
+from allmem.llm.ledger import Ledger, price_calls
 from allmem.llm.limiter import RateLimiter
 from allmem.llm.prompts import build_request, load_template, parse_reply, parse_template, template_names
 from allmem.llm.roles import RoleFailure
 from allmem.memory.descriptor import Descriptor, DescriptorResponder, describe, render_evidence
+from allmem.run.files import read_jsonl
 from allmem.tokens import count_tokens
 from allmem.types import CallRecord
 
@@ -157,7 +158,7 @@ def test_offline_descriptor_joins_several_records_and_fails_on_none(tmp_path: Pa
 def test_offline_calls_are_booked_with_real_token_counts(tmp_path: Path) -> None:
     llm = offline_llm(tmp_path)
     describe(llm, EVIDENCE)
-    (line,) = read_calls(tmp_path / "run" / "calls.jsonl")
+    (line,) = read_jsonl(tmp_path / "run" / "calls.jsonl")
     rendered = render_evidence(EVIDENCE)
     assert rendered == ("[1:56 pm on 8 May, 2023] Caroline:   I went to a LGBTQ support group   yesterday and it was "
                         "so powerful. [image: a photo of a rainbow flag]")  # fmt: skip
@@ -186,7 +187,7 @@ def test_offline_cache_hit_is_flagged_and_counted(tmp_path: Path) -> None:
     llm = offline_llm(tmp_path, cache={"enabled": True, "path": "c.sqlite"})
     first, second = describe(llm, EVIDENCE), describe(llm, EVIDENCE)
     assert first == second
-    lines = read_calls(tmp_path / "run" / "calls.jsonl")
+    lines = read_jsonl(tmp_path / "run" / "calls.jsonl")
     assert [c["cached"] for c in lines] == [False, True]
     assert lines[0]["prompt_hash"] == lines[1]["prompt_hash"]
     assert llm.cache.stats() == {"write": {"hits": 1, "misses": 1}}
@@ -239,7 +240,7 @@ def test_ledger_totals_and_prices_by_hand(tmp_path: Path) -> None:
     assert t["judge"]["failed"] == 1 and t["all"]["calls"] == 3 and t["all"]["tokens_out"] == 22
     prices = {"gpt-4o-mini": {"input_per_mtok": 0.15, "output_per_mtok": 0.6},
               "gpt-4o": {"input_per_mtok": 2.5, "output_per_mtok": 10.0}}  # fmt: skip
-    cost = price_calls(read_calls(tmp_path / "calls.jsonl"), prices)
+    cost = price_calls(read_jsonl(tmp_path / "calls.jsonl"), prices)
     mini = (1000 * 0.15 + 10 * 0.6) / 1e6
     judge = (200 * 2.5 + 2 * 10.0) / 1e6
     assert cost["usd"] == pytest.approx(mini + judge)
@@ -323,7 +324,7 @@ def test_dry_run_estimates_without_calling(tmp_path: Path) -> None:
     llm = offline_llm(tmp_path, dry_run=True, model="gpt-4o-mini", backend="offline")
     d = describe(llm, EVIDENCE)
     assert isinstance(d, Descriptor)  # the offline role keeps the pipeline going
-    (line,) = read_calls(tmp_path / "run" / "calls.jsonl")
+    (line,) = read_jsonl(tmp_path / "run" / "calls.jsonl")
     assert line["dry_run"] is True and line["estimated"] is True and line["model"] == "gpt-4o-mini"
     assert not llm.can_judge and "dry run" in llm.judge_unavailable_reason()
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from allmem import rundir
+from allmem.run import files
 from tests.llm_stub import StubLLM, default_verdict
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,7 +60,7 @@ def test_locomo_two_dialogues_against_the_stub_then_replay(tmp_path: Path, locom
             REPO,
             env,
         )
-        records = rundir.read_jsonl(run_dir / rundir.PREDICTIONS)
+        records = files.read_jsonl(run_dir / files.PREDICTIONS)
         n_calls = stub.count
         assert len(records) > 100 and n_calls == 2 * len(records)  # one answer + one judge call per question
         templates = {r.body["messages"][-1]["content"].split("\n", 1)[0][:30] for r in stub.requests}
@@ -69,12 +69,12 @@ def test_locomo_two_dialogues_against_the_stub_then_replay(tmp_path: Path, locom
         yes = sum(default_verdict(r["question"], r["gold"], r["prediction"]) for r in records)
         assert {r["judge"]["verdict"] for r in records} <= {"yes", "no"}
         assert yes == sum(r["judge"]["verdict"] == "yes" for r in records)
-        metrics = json.loads((run_dir / rundir.METRICS).read_text())
+        metrics = json.loads((run_dir / files.METRICS).read_text())
         assert metrics["overall"]["judge"] == pytest.approx(100.0 * yes / len(records))
         cost = metrics["cost"]
         assert cost["generate"]["calls"] == len(records) and cost["judge"]["calls"] == len(records)
         assert cost["generate"]["tokens_in"] > 0 and cost["judge"]["cached"] == 0
-        calls = [json.loads(x) for x in (run_dir / rundir.CALLS).read_text().splitlines()]
+        calls = [json.loads(x) for x in (run_dir / files.CALLS).read_text().splitlines()]
         assert len(calls) == n_calls and {c["phase"] for c in calls} == {"generate", "judge"}
         # every prediction joins its prompts: by question id, and by the answer's and the judge's prompt hash
         by_key = {(c["question_id"], c["prompt_hash"]): c for c in calls}
@@ -86,7 +86,7 @@ def test_locomo_two_dialogues_against_the_stub_then_replay(tmp_path: Path, locom
 
         replay_dir = _allmem_run([*common, "llm=replay"], REPO, env)
         assert stub.count == n_calls  # zero network calls
-        replayed = rundir.read_jsonl(replay_dir / rundir.PREDICTIONS)
+        replayed = files.read_jsonl(replay_dir / files.PREDICTIONS)
 
         def same(r: dict) -> dict:  # latencies are measurements; the replayed calls are cache hits
             return {k: v for k, v in r.items() if k != "latency_ms"} | {
@@ -96,7 +96,7 @@ def test_locomo_two_dialogues_against_the_stub_then_replay(tmp_path: Path, locom
 
         assert [same(r) for r in replayed] == [same(r) for r in records]
         assert all(r["judge"]["cached"] and r["answer"]["cached"] for r in replayed)
-        replay_metrics = json.loads((replay_dir / rundir.METRICS).read_text())
+        replay_metrics = json.loads((replay_dir / files.METRICS).read_text())
         assert replay_metrics["overall"]["judge"] == metrics["overall"]["judge"]
         assert replay_metrics["cost"]["all"]["cached"] == replay_metrics["cost"]["all"]["calls"] == n_calls
 
@@ -130,15 +130,15 @@ def test_dry_run_books_estimates_and_calls_nothing(tmp_path: Path, fixtures_dir:
             env,
         )
         assert stub.count == 0
-        records = rundir.read_jsonl(run_dir / rundir.PREDICTIONS)
-        calls = [json.loads(x) for x in (run_dir / rundir.CALLS).read_text().splitlines()]
+        records = files.read_jsonl(run_dir / files.PREDICTIONS)
+        calls = [json.loads(x) for x in (run_dir / files.CALLS).read_text().splitlines()]
         by_phase = {p: [c for c in calls if c["phase"] == p] for p in ("generate", "judge")}
         assert len(by_phase["generate"]) == len(by_phase["judge"]) == len(records) == len(calls) // 2
         assert all(c["dry_run"] and c["estimated"] for c in calls)
         assert {c["model"] for c in by_phase["generate"]} == {"gpt-4o-mini"}
         assert {c["model"] for c in by_phase["judge"]} == {"gpt-4o"}
         assert all(c["tokens_in"] > 0 for c in calls)
-        metrics = json.loads((run_dir / rundir.METRICS).read_text())
+        metrics = json.loads((run_dir / files.METRICS).read_text())
         assert metrics["overall"]["judge"] is None and "judge" not in records[0]
         assert metrics["backend"]["llm_dry_run"] is True and metrics["backend"]["offline"] is True
         assert metrics["cost"]["judge"]["tokens_in"] == sum(c["tokens_in"] for c in by_phase["judge"])

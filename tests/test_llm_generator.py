@@ -12,10 +12,10 @@ import pytest
 from allmem.defaults import group_node
 from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
-from allmem.llm.ledger import read_calls
 from allmem.llm.prompts import build_request
 from allmem.reader.extractive import ExtractiveGenerator
 from allmem.reader.llm import LLMGenerator, answer_prompt, match_option
+from allmem.run.files import read_jsonl
 from allmem.tokens import count_tokens
 from allmem.types import AnswerRequest, Retrieved
 from tests.llm_stub import StubLLM
@@ -70,7 +70,7 @@ def test_offline_path_delegates_to_the_extractive_generator(tmp_path: Path) -> N
     assert got.extra == json.loads(
         json.dumps(dict(want.extra), default=str)
     )  # extras travel as the reply's JSON
-    (line,) = read_calls(tmp_path / "calls.jsonl")
+    (line,) = read_jsonl(tmp_path / "calls.jsonl")
     prompt = build_request(*answer_prompt(REQ)).prompt_text
     assert line["phase"] == "generate" and line["template"] == "answer_locomo"
     assert line["tokens_in"] == count_tokens(prompt) and got.usage["tokens_in"] == line["tokens_in"]

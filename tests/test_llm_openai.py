@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from allmem.llm import LLMError, ReplayMiss, build_llm
-from allmem.llm.ledger import read_calls
 from allmem.llm.prompts import build_request
 from allmem.llm.roles import RoleFailure
 from allmem.memory.atc.roles import diagnose, plan_merge
 from allmem.memory.descriptor import Descriptor, describe
 from allmem.metrics.judge import judge_record, judge_records
+from allmem.run.files import read_jsonl
 from tests.llm_stub import StubLLM, usage_for
 
 KEY = "sk-test-SECRET-7f3a9c"
@@ -63,7 +63,7 @@ def test_429_then_success_retries_exactly_once(stub: StubLLM, tmp_path: Path) ->
     stub.script(("status", 429))
     assert isinstance(describe(llm, EVIDENCE), Descriptor)
     assert stub.count == 2
-    (line,) = read_calls(tmp_path / "run" / "calls.jsonl")
+    (line,) = read_jsonl(tmp_path / "run" / "calls.jsonl")
     assert line["retries"] == 1 and line["ok"] is True
 
 
@@ -72,7 +72,7 @@ def test_timeout_is_retried(stub: StubLLM, tmp_path: Path) -> None:
     stub.script(("delay", 1.0))
     assert isinstance(describe(llm, EVIDENCE), Descriptor)
     assert stub.count == 2
-    (line,) = read_calls(tmp_path / "run" / "calls.jsonl")
+    (line,) = read_jsonl(tmp_path / "run" / "calls.jsonl")
     assert line["retries"] == 1
 
 
@@ -92,7 +92,7 @@ def test_malformed_json_is_a_typed_failure(stub: StubLLM, tmp_path: Path) -> Non
     stub.script(("content", '{"summary": "x", "keywords": [unquoted]}'))
     out = describe(llm, EVIDENCE)
     assert isinstance(out, RoleFailure) and out.kind == "invalid_json" and "unquoted" in out.raw
-    (line,) = read_calls(tmp_path / "run" / "calls.jsonl")
+    (line,) = read_jsonl(tmp_path / "run" / "calls.jsonl")
     assert line["ok"] is False and line["parse_error"] == "invalid_json"
     stub.script(("content", '{"summary": "x"}'))
     other = diagnose(llm, {"id": "u1", "summary": "s", "keywords": [], "evidence": EVIDENCE}, [])
@@ -105,7 +105,7 @@ def test_rerun_is_served_from_cache_with_zero_server_calls(stub: StubLLM, tmp_pa
     llm2 = make(stub, tmp_path, run="b")  # a new process would build exactly this
     second = describe(llm2, EVIDENCE)
     assert second == first and stub.count == n
-    (line,) = read_calls(tmp_path / "b" / "calls.jsonl")
+    (line,) = read_jsonl(tmp_path / "b" / "calls.jsonl")
     assert line["cached"] is True
     assert llm2.totals()["write"]["cache_hits"] == 1 and llm2.totals()["write"]["spent_tokens_in"] == 0
 
@@ -116,7 +116,7 @@ def test_usage_from_the_response_lands_in_the_ledger(stub: StubLLM, tmp_path: Pa
     (req,) = stub.requests
     prompt = "\n".join(m["content"] for m in req.body["messages"])
     reply = stub.reply(prompt)
-    (line,) = read_calls(tmp_path / "run" / "calls.jsonl")
+    (line,) = read_jsonl(tmp_path / "run" / "calls.jsonl")
     expected = usage_for(prompt, reply)
     assert (line["tokens_in"], line["tokens_out"]) == (
         expected["prompt_tokens"],

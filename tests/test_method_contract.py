@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from allmem import rundir
-from allmem.runner import run
+from allmem.run import files
+from allmem.run.runner import run
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
@@ -29,13 +29,13 @@ def test_method_runs_the_tiny_dialogues_end_to_end(method: str, tmp_path: Path, 
     with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
         cfg = compose(config_name="config", overrides=overrides)
     run_dir = run(cfg)
-    assert (run_dir / rundir.DONE).exists()
+    assert (run_dir / files.DONE).exists()
 
     raw = json.loads(tiny.read_text())
     turn_ids = {
         t["dia_id"] for d in raw for k, v in d["conversation"].items() if isinstance(v, list) for t in v
     }  # every id a method may return
-    records = rundir.read_jsonl(run_dir / rundir.PREDICTIONS)
+    records = files.read_jsonl(run_dir / files.PREDICTIONS)
     assert len(records) == sum(len(d["qa"]) for d in raw)
     for r in records:
         assert r["ranked_source_ids"], f"{method}: retrieved nothing for {r['question_id']}"
@@ -44,9 +44,9 @@ def test_method_runs_the_tiny_dialogues_end_to_end(method: str, tmp_path: Path, 
         assert 0 < r["context_tokens"] <= BUDGET and r["context_units"] >= 1
         assert isinstance(r["prediction"], str) and r["prediction"]
 
-    metrics = json.loads((run_dir / rundir.METRICS).read_text())
+    metrics = json.loads((run_dir / files.METRICS).read_text())
     scores = metrics["overall"]["scores"]
     assert 0 <= scores["f1"] <= 100 and 0 <= scores["R@5"] <= 100 and 0 <= scores["N@5"] <= 100
     assert metrics["backend"]["offline"] is True
-    stats = rundir.read_jsonl(run_dir / rundir.SYSTEM_STATS)
+    stats = files.read_jsonl(run_dir / files.SYSTEM_STATS)
     assert [s["dialogue_id"] for s in stats] == [d["sample_id"] for d in raw]

@@ -11,12 +11,11 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from allmem import rundir
-from allmem.llm.ledger import read_calls
 from allmem.metrics.protocols import as_protocol, get_protocol
 from allmem.reader.framing import NOT_MENTIONED
 from allmem.report.tables import find_runs, main_table
-from allmem.runner import run
+from allmem.run import files
+from allmem.run.runner import run
 from allmem.types import AnswerRequest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,11 +50,11 @@ def ks_run(tmp_path_factory, cache_dir, fixtures_dir) -> Path:
 
 @pytest.mark.slow
 def test_protocol_ks_are_honoured_by_the_run(ks_run):
-    metrics = json.loads((ks_run / rundir.METRICS).read_text())
+    metrics = json.loads((ks_run / files.METRICS).read_text())
     assert metrics["ks"] == [1, 2] and metrics["table_k"] == 2
     assert metrics["metrics"] == ["f1", "bleu1", "rougeL", "R@1", "N@1", "R@2", "N@2"]
     assert "R@2" in metrics["table_metrics"] and "R@5" not in metrics["overall"]["scores"]
-    records = rundir.read_jsonl(ks_run / rundir.PREDICTIONS)
+    records = files.read_jsonl(ks_run / files.PREDICTIONS)
     for k in (1, 2):
         hand = [_by_hand(r["ranked_source_ids"], r["evidence"], k) for r in records]
         assert metrics["overall"]["scores"][f"R@{k}"] == pytest.approx(
@@ -72,7 +71,7 @@ def test_score_command_and_report_use_the_runs_protocol(ks_run):
         [sys.executable, "-m", "allmem.cli", "score", str(ks_run)], capture_output=True, text=True, check=True
     )
     printed = json.loads(out.stdout)
-    metrics = json.loads((ks_run / rundir.METRICS).read_text())
+    metrics = json.loads((ks_run / files.METRICS).read_text())
     assert printed == {k: metrics[k] for k in printed}
     table = main_table(find_runs(ks_run.parent.parent))
     assert "| R@2 | N@2 |" in table and "R@5" not in table
@@ -87,8 +86,8 @@ def test_score_command_and_report_use_the_runs_protocol(ks_run):
 @pytest.mark.slow
 def test_the_protocol_frames_questions_and_picks_templates(ks_run):
     """Category 5 goes out as the two-option prompt, the others as the LoCoMo prompt, as the ledger shows."""
-    records = {r["question_id"]: r for r in rundir.read_jsonl(ks_run / rundir.PREDICTIONS)}
-    calls = [c for c in read_calls(ks_run / rundir.CALLS) if c["phase"] == "generate"]
+    records = {r["question_id"]: r for r in files.read_jsonl(ks_run / files.PREDICTIONS)}
+    calls = [c for c in files.read_jsonl(ks_run / files.CALLS) if c["phase"] == "generate"]
     assert len(calls) == len(records)
     for call in calls:
         rec = records[call["question_id"]]

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from allmem import rundir
 from allmem.report import build_report
 from allmem.report.atc import atc_cost, pooled_recoverability
 from allmem.report.tables import find_runs, fmt
+from allmem.run import files
 
 
 def _record(qid: str, dialogue: str, category: int, prediction: str, gold: str, ranked: list[str]) -> dict:
@@ -24,13 +24,13 @@ def _fake_run(root: Path, method: str, records: list[dict], stats: list[dict]) -
     path = root / method
     path.mkdir(parents=True)
     cfg = {"method": {"name": method}, "dataset": {"name": "locomo"}, "protocol": {"name": "allmem"}}
-    (path / rundir.CONFIG).write_text(OmegaConf.to_yaml(OmegaConf.create(cfg)))
-    (path / rundir.PREDICTIONS).write_text("".join(json.dumps(r) + "\n" for r in records))
-    (path / rundir.SYSTEM_STATS).write_text("".join(json.dumps(s) + "\n" for s in stats))
+    (path / files.CONFIG).write_text(OmegaConf.to_yaml(OmegaConf.create(cfg)))
+    (path / files.PREDICTIONS).write_text("".join(json.dumps(r) + "\n" for r in records))
+    (path / files.SYSTEM_STATS).write_text("".join(json.dumps(s) + "\n" for s in stats))
     metrics = score_records(records, "allmem")
     metrics["backend"] = {"offline": True, "llm": "offline"}
-    (path / rundir.METRICS).write_text(json.dumps(metrics))
-    (path / rundir.DONE).write_text("complete\n")
+    (path / files.METRICS).write_text(json.dumps(metrics))
+    (path / files.DONE).write_text("complete\n")
     return path
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from allmem import rundir
 from allmem.report.wandb_log import flat_metrics
-from allmem.runner import run
+from allmem.run import files
+from allmem.run.runner import run
 from tests.faultkit import FIXTURES, allmem_run, done_dir, env, run_dirs
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -27,7 +27,7 @@ def test_a_wandb_failure_after_sealing_leaves_a_complete_run(tmp_path: Path) -> 
         res.last_line().startswith("allmem run: error: wandb: ") and "the run itself is complete" in res.err
     )
     (run_dir,) = run_dirs(tmp_path)
-    assert (run_dir / rundir.DONE).read_text() == "complete\n"
+    assert (run_dir / files.DONE).read_text() == "complete\n"
 
 
 def test_wandb_offline_logs_the_sealed_run_once(tmp_path: Path) -> None:
@@ -44,7 +44,7 @@ def test_wandb_offline_logs_the_sealed_run_once(tmp_path: Path) -> None:
     # only its Go core reads back; its strings are stored verbatim, so the keys and values can be found in it.
     (log,) = offline.glob("run-*.wandb")
     blob = log.read_bytes()
-    f1 = json.loads((run_dir / rundir.METRICS).read_text())["overall"]["scores"]["f1"]
+    f1 = json.loads((run_dir / files.METRICS).read_text())["overall"]["scores"]["f1"]
     assert b"overall/f1" in blob and json.dumps(f1).encode() in blob, (f1, len(blob))
     assert b"groups/2/f1" in blob and b"cost/write/tokens_in" in blob
     assert b'"theta"' in blob and b"allmem.memory.system.AllMem" in blob  # the resolved config
@@ -55,7 +55,7 @@ def test_wandb_offline_logs_the_sealed_run_once(tmp_path: Path) -> None:
         "recoverability",
     }
     (table,) = media.glob("table/per_question_*.table.json")
-    n_predictions = len((run_dir / rundir.PREDICTIONS).read_text().splitlines())
+    n_predictions = len((run_dir / files.PREDICTIONS).read_text().splitlines())
     assert len(json.loads(table.read_text())["data"]) == n_predictions
     again = allmem_run(tmp_path, *args, environ=wandb_env)
     assert again.rc == 0 and "skip (complete)" in again.out, again.err

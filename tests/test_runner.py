@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from allmem import rundir
 from allmem.errors import ConfigError
 from allmem.metrics import score_file
 from allmem.metrics.protocols import get_protocol
 from allmem.reader.framing import NOT_MENTIONED
-from allmem.runner import run
+from allmem.run import files, identity
+from allmem.run.runner import run
 from allmem.types import Question
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,10 +51,10 @@ def test_tiny_run_writes_the_contract_and_reruns_skip(tmp_path, cache_dir, fixtu
     tiny = fixtures_dir / "locomo_tiny.json"
     cfg = _cfg(["method=bm25", f"dataset.path={tiny}", *_common(tmp_path, cache_dir)])
     run_dir = run(cfg)
-    for name in (rundir.CONFIG, rundir.PREDICTIONS, rundir.METRICS, rundir.MANIFEST, rundir.DONE):
+    for name in (files.CONFIG, files.PREDICTIONS, files.METRICS, files.MANIFEST, files.DONE):
         assert (run_dir / name).exists(), name
 
-    records = rundir.read_jsonl(run_dir / rundir.PREDICTIONS)
+    records = files.read_jsonl(run_dir / files.PREDICTIONS)
     raw = json.loads(tiny.read_text())
     assert len(records) == sum(len(s["qa"]) for s in raw)
     assert len({r["question_id"] for r in records}) == len(records)
@@ -62,32 +62,32 @@ def test_tiny_run_writes_the_contract_and_reruns_skip(tmp_path, cache_dir, fixtu
         assert r["context_tokens"] <= cfg.budget.tokens
         assert {"retrieve", "generate"} <= set(r["latency_ms"])
 
-    manifest = json.loads((run_dir / rundir.MANIFEST).read_text())
+    manifest = json.loads((run_dir / files.MANIFEST).read_text())
     assert manifest["backend"]["offline"] is True
     assert str(tiny) in manifest["data"]
 
     # `allmem score` on the run's predictions reproduces the run's metrics exactly.
-    metrics = json.loads((run_dir / rundir.METRICS).read_text())
-    rescored = score_file(run_dir / rundir.PREDICTIONS, "allmem")
+    metrics = json.loads((run_dir / files.METRICS).read_text())
+    rescored = score_file(run_dir / files.PREDICTIONS, "allmem")
     assert rescored == {k: metrics[k] for k in rescored}
     assert metrics["overall"]["judge"] is None  # offline: no LLM judged, so no 4o-J
     assert "offline" in metrics["overall"]["judge_reason"]
 
     # A complete run is skipped: nothing is rewritten.
-    before = (run_dir / rundir.PREDICTIONS).stat().st_mtime_ns
+    before = (run_dir / files.PREDICTIONS).stat().st_mtime_ns
     assert run(cfg) == run_dir
-    assert (run_dir / rundir.PREDICTIONS).stat().st_mtime_ns == before
+    assert (run_dir / files.PREDICTIONS).stat().st_mtime_ns == before
 
 
 def test_score_command_prints_the_metrics(tmp_path, cache_dir, fixtures_dir):
     tiny = fixtures_dir / "locomo_tiny.json"
     run_dir = run(_cfg(["method=full_history", f"dataset.path={tiny}", *_common(tmp_path, cache_dir)]))
     out = subprocess.run(
-        [*ALLMEM, "score", str(run_dir / rundir.PREDICTIONS), "--protocol", "allmem"],
+        [*ALLMEM, "score", str(run_dir / files.PREDICTIONS), "--protocol", "allmem"],
         capture_output=True, text=True, check=True, cwd=REPO,
     )  # fmt: skip
     printed = json.loads(out.stdout)
-    metrics = json.loads((run_dir / rundir.METRICS).read_text())
+    metrics = json.loads((run_dir / files.METRICS).read_text())
     assert printed == {k: metrics[k] for k in printed}
 
 
@@ -101,7 +101,7 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path, cache_dir, locomo_path):
         [*ALLMEM, "run", f"run.root={killed_root}", "run.name=r", *common], cwd=REPO, env=env,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    preds = killed_root / "r" / rundir.PREDICTIONS
+    preds = killed_root / "r" / files.PREDICTIONS
     deadline = time.time() + 240
     while time.time() < deadline and proc.poll() is None:
         if preds.exists() and preds.read_text().count("\n") >= 5:
@@ -111,48 +111,48 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path, cache_dir, locomo_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     n_before = preds.read_text().count("\n")
-    assert not (killed_root / "r" / rundir.DONE).exists()
+    assert not (killed_root / "r" / files.DONE).exists()
 
     subprocess.run([*ALLMEM, "run", f"run.root={killed_root}", "run.name=r", *common], cwd=REPO, env=env,
                    check=True, capture_output=True)  # fmt: skip
     subprocess.run([*ALLMEM, "run", f"run.root={clean_root}", "run.name=r", *common], cwd=REPO, env=env,
                    check=True, capture_output=True)  # fmt: skip
-    resumed = rundir.read_jsonl(preds)
-    clean = rundir.read_jsonl(clean_root / "r" / rundir.PREDICTIONS)
+    resumed = files.read_jsonl(preds)
+    clean = files.read_jsonl(clean_root / "r" / files.PREDICTIONS)
     assert n_before < len(clean)
     assert _strip_latency(resumed) == _strip_latency(clean)
     # The other records stay true: one stats line per dialogue, the cost of the kept work equals the clean
     # run's (the abandoned calls are kept under attempt 1 and summed apart), both attempts in the manifest.
-    k_metrics = json.loads((killed_root / "r" / rundir.METRICS).read_text())
-    c_metrics = json.loads((clean_root / "r" / rundir.METRICS).read_text())
+    k_metrics = json.loads((killed_root / "r" / files.METRICS).read_text())
+    c_metrics = json.loads((clean_root / "r" / files.METRICS).read_text())
     for key in ("calls", "tokens_in", "tokens_out"):
         assert k_metrics["cost"]["all"][key] == c_metrics["cost"]["all"][key]
     assert k_metrics["cost_all_attempts"]["all"]["calls"] >= c_metrics["cost"]["all"]["calls"]
     assert k_metrics["run"]["attempts"] == 2 and c_metrics["run"]["attempts"] == 1
-    manifest = json.loads((killed_root / "r" / rundir.MANIFEST).read_text())
+    manifest = json.loads((killed_root / "r" / files.MANIFEST).read_text())
     assert [(a["attempt"], a["status"]) for a in manifest["attempts"]] == [
         (1, "interrupted"),
         (2, "complete"),
     ]
     assert all(a["git"]["sha"] and a["data_digest"] and a["started_at"] for a in manifest["attempts"])
-    assert len(rundir.read_jsonl(killed_root / "r" / rundir.SYSTEM_STATS)) == 1
+    assert len(files.read_jsonl(killed_root / "r" / files.SYSTEM_STATS)) == 1
 
 
 def test_torn_last_line_is_cut_before_appending(tmp_path):
     path = tmp_path / "p.jsonl"
     path.write_text('{"question_id": "a"}\n{"question_id": "b", "predi')
-    assert [r["question_id"] for r in rundir.read_jsonl(path)] == ["a"]
-    with rundir.JsonlWriter(path) as out:
+    assert [r["question_id"] for r in files.read_jsonl(path)] == ["a"]
+    with files.JsonlWriter(path) as out:
         out.write({"question_id": "b"})
-    assert [r["question_id"] for r in rundir.read_jsonl(path)] == ["a", "b"]
+    assert [r["question_id"] for r in files.read_jsonl(path)] == ["a", "b"]
 
 
 def test_changed_config_refuses_to_resume(tmp_path, cache_dir, fixtures_dir):
     tiny = fixtures_dir / "locomo_tiny.json"
     base = ["method=bm25", f"dataset.path={tiny}", "run.name=same", *_common(tmp_path, cache_dir)]
-    rundir.prepare(tmp_path / "same", _cfg(base))
+    identity.prepare(tmp_path / "same", _cfg(base))
     with pytest.raises(ConfigError, match="different config"):
-        rundir.prepare(tmp_path / "same", _cfg([*base, "budget.tokens=100"]))
+        identity.prepare(tmp_path / "same", _cfg([*base, "budget.tokens=100"]))
 
 
 def test_two_options_is_seeded_and_holds_the_gold():
@@ -178,7 +178,7 @@ def test_multirun_and_report(tmp_path, cache_dir, fixtures_dir):
         [*ALLMEM, "run", "-m", "method=bm25,full_history", f"dataset.path={tiny}", *_common(tmp_path, cache_dir)],
         cwd=REPO, check=True, capture_output=True,
     )  # fmt: skip
-    done = sorted(p.parent.name.split("-")[0].split(",")[0] for p in tmp_path.rglob(rundir.DONE))
+    done = sorted(p.parent.name.split("-")[0].split(",")[0] for p in tmp_path.rglob(files.DONE))
     assert done == ["bm25", "full_history"]
     out = subprocess.run(
         [*ALLMEM, "report", str(tmp_path)], cwd=REPO, check=True, capture_output=True, text=True
@@ -195,7 +195,7 @@ def test_longmemeval_tiny_with_allmem(tmp_path, cache_dir, fixtures_dir):
         ["dataset=longmemeval_s", f"dataset.path={tiny}", "method=allmem", *_common(tmp_path, cache_dir)]
     )
     run_dir = run(cfg)
-    records = rundir.read_jsonl(run_dir / rundir.PREDICTIONS)
+    records = files.read_jsonl(run_dir / files.PREDICTIONS)
     raw = json.loads(tiny.read_text())
     assert [r["question_id"] for r in records] == [q["question_id"] for q in raw]
     for r, q in zip(records, raw, strict=True):
@@ -205,9 +205,9 @@ def test_longmemeval_tiny_with_allmem(tmp_path, cache_dir, fixtures_dir):
             q["haystack_session_ids"]
         )  # sessions are the retrieval unit
         assert {"embed", "stage1", "stage2", "stage3"} <= set(r["latency_ms"])
-    metrics = json.loads((run_dir / rundir.METRICS).read_text())
+    metrics = json.loads((run_dir / files.METRICS).read_text())
     assert set(metrics["groups"]) == {q["question_type"] for q in raw}
-    stats = rundir.read_jsonl(run_dir / rundir.SYSTEM_STATS)
+    stats = files.read_jsonl(run_dir / files.SYSTEM_STATS)
     assert len(stats) == len(raw) and all("atc" in s for s in stats)
 
 
@@ -217,7 +217,7 @@ def test_malformed_dataset_fails_before_a_run_directory_exists(tmp_path, cache_d
     bad = fixtures_dir / "malformed" / "locomo_bad_category.json"
     with pytest.raises(DatasetError, match="locomo_bad_category.json.*qa\\[1\\].category"):
         run(_cfg(["method=bm25", f"dataset.path={bad}", *_common(tmp_path, cache_dir)]))
-    assert not any(tmp_path.rglob(rundir.CONFIG))
+    assert not any(tmp_path.rglob(files.CONFIG))
 
 
 # Run identity: which overrides make a new run directory. A key that can change a result must (seed orders the
@@ -240,7 +240,7 @@ MUST_NOT_CHANGE = [
 
 def _rel_dir(tmp_path: Path, tiny: Path, extra: list[str], method: str = "bm25") -> Path:
     overrides = [f"method={method}", f"dataset.path={tiny}", f"run.root={tmp_path}", *extra]
-    return rundir.resolve(_cfg(overrides), overrides).relative_to(tmp_path)
+    return identity.resolve(_cfg(overrides), overrides).relative_to(tmp_path)
 
 
 @pytest.mark.parametrize("override", MUST_CHANGE)
@@ -284,7 +284,7 @@ def test_run_names_come_from_the_overrides(tmp_path, fixtures_dir):
 
 def test_a_crash_is_recorded_in_the_manifest_and_never_sealed(tmp_path, cache_dir, fixtures_dir, monkeypatch):
     """An exception inside the answer loop leaves an attempt marked crashed with its message, and no DONE."""
-    import allmem.runner as runner_mod
+    import allmem.run.runner as runner_mod
 
     def boom(*args, **kwargs):
         raise RuntimeError("disk on fire")
@@ -294,7 +294,7 @@ def test_a_crash_is_recorded_in_the_manifest_and_never_sealed(tmp_path, cache_di
     cfg = _cfg(["method=bm25", f"dataset.path={tiny}", "run.name=crash", *_common(tmp_path, cache_dir)])
     with pytest.raises(RuntimeError, match="disk on fire"):
         run(cfg)
-    run_dir = next(p.parent for p in tmp_path.rglob(rundir.MANIFEST))
-    assert not (run_dir / rundir.DONE).exists()
-    last = json.loads((run_dir / rundir.MANIFEST).read_text())["attempts"][-1]
+    run_dir = next(p.parent for p in tmp_path.rglob(files.MANIFEST))
+    assert not (run_dir / files.DONE).exists()
+    last = json.loads((run_dir / files.MANIFEST).read_text())["attempts"][-1]
     assert (last["status"], last["last_error"]) == ("crashed", "disk on fire")

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from allmem import rundir
+from allmem.run import files
 from tests.faultkit import FIXTURES, allmem_run, done_dir, env
 
 TINY = FIXTURES / "locomo_tiny.json"
@@ -28,9 +28,7 @@ def _allmem(tmp: Path, banks: Path, *extra: str):
 
 
 def _hits(run_dir: Path) -> dict[str, bool]:
-    return {
-        s["dialogue_id"]: s["bank_cache"]["hit"] for s in rundir.read_jsonl(run_dir / rundir.SYSTEM_STATS)
-    }
+    return {s["dialogue_id"]: s["bank_cache"]["hit"] for s in files.read_jsonl(run_dir / files.SYSTEM_STATS)}
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +134,7 @@ def _answers(run_dir: Path) -> list[dict]:
     """Each question's record less what may differ between equal runs (latencies, cache flags, attempt)."""
     drop = ("latency_ms", "answer", "attempt")
     return [
-        {k: v for k, v in r.items() if k not in drop} for r in rundir.read_jsonl(run_dir / rundir.PREDICTIONS)
+        {k: v for k, v in r.items() if k not in drop} for r in files.read_jsonl(run_dir / files.PREDICTIONS)
     ]
 
 
@@ -247,7 +245,7 @@ def _items_cache(run_dir: Path) -> Path:
 
     from allmem.paths import cache_dir
 
-    digest = hashlib.sha256((run_dir / rundir.PREDICTIONS).read_bytes()).hexdigest()[:24]
+    digest = hashlib.sha256((run_dir / files.PREDICTIONS).read_bytes()).hexdigest()[:24]
     (path,) = (cache_dir() / "report" / "items").glob(f"{digest}-*.parquet")
     return path
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from allmem import rundir
+from allmem.run import files
 from tests.faultkit import FIXTURES, Result, allmem_run, common, done_dir, env, popen_run
 from tests.llm_stub import StubLLM
 
@@ -35,7 +35,7 @@ def _one_line_error(res, *needles: str, rc: int = 1) -> str:
 
 
 def _statuses(run_dir: Path) -> list[str]:
-    return [a["status"] for a in json.loads((run_dir / rundir.MANIFEST).read_text())["attempts"]]
+    return [a["status"] for a in json.loads((run_dir / files.MANIFEST).read_text())["attempts"]]
 
 
 # ------------------------------------------------------------------ item 8: a corrupt line in predictions.jsonl
@@ -44,8 +44,8 @@ def _statuses(run_dir: Path) -> list[str]:
 def test_a_corrupt_middle_line_names_file_and_line_and_ends_the_attempt_failed(tmp_path):
     first = allmem_run(tmp_path, *BASE)
     run_dir = done_dir(first)
-    (run_dir / rundir.DONE).unlink()  # as if the run had stopped before sealing
-    preds = run_dir / rundir.PREDICTIONS
+    (run_dir / files.DONE).unlink()  # as if the run had stopped before sealing
+    preds = run_dir / files.PREDICTIONS
     lines = preds.read_text().splitlines(keepends=True)
     assert len(lines) > 5
     lines[4] = '{"question_id": garbage\n'  # line 5: not JSON, and not the last line (no torn tail)
@@ -55,34 +55,34 @@ def test_a_corrupt_middle_line_names_file_and_line_and_ends_the_attempt_failed(t
         res = allmem_run(tmp_path, *BASE)
         _one_line_error(res, f"{preds}: line 5: not valid JSON", f"sed -i '5d' {preds}")
     assert _statuses(run_dir) == ["complete", "failed", "failed"]
-    assert not (run_dir / rundir.DONE).exists()
+    assert not (run_dir / files.DONE).exists()
 
     del lines[4]  # the fix the message names: delete the line; its question is asked again
     preds.write_text("".join(lines))
     again = allmem_run(tmp_path, *BASE)
     assert again.rc == 0, again.err[-2000:]
     assert _statuses(run_dir) == ["complete", "failed", "failed", "complete"]
-    assert len(rundir.read_jsonl(preds)) == len(lines) + 1
+    assert len(files.read_jsonl(preds)) == len(lines) + 1
 
 
 def test_a_line_that_is_json_but_no_record_is_refused_too(tmp_path):
     run_dir = done_dir(allmem_run(tmp_path, *BASE))
-    (run_dir / rundir.DONE).unlink()
-    with (run_dir / rundir.SYSTEM_STATS).open("a") as fh:
+    (run_dir / files.DONE).unlink()
+    with (run_dir / files.SYSTEM_STATS).open("a") as fh:
         fh.write("[1, 2]\n")
-    n = len((run_dir / rundir.SYSTEM_STATS).read_text().splitlines())
+    n = len((run_dir / files.SYSTEM_STATS).read_text().splitlines())
     res = allmem_run(tmp_path, *BASE)
-    _one_line_error(res, f"{run_dir / rundir.SYSTEM_STATS}: line {n}: not a JSON object")
+    _one_line_error(res, f"{run_dir / files.SYSTEM_STATS}: line {n}: not a JSON object")
     assert _statuses(run_dir)[-1] == "failed"
 
 
 def test_a_corrupt_manifest_is_one_line_naming_it(tmp_path):
     run_dir = done_dir(allmem_run(tmp_path, *BASE))
-    (run_dir / rundir.DONE).unlink()
-    (run_dir / rundir.MANIFEST).write_text('{"attempts": [')
+    (run_dir / files.DONE).unlink()
+    (run_dir / files.MANIFEST).write_text('{"attempts": [')
     res = allmem_run(tmp_path, *BASE)
-    _one_line_error(res, f"{run_dir / rundir.MANIFEST}: not a JSON object")
-    assert (run_dir / rundir.MANIFEST).read_text() == '{"attempts": ['  # left as found, for the user to see
+    _one_line_error(res, f"{run_dir / files.MANIFEST}: not a JSON object")
+    assert (run_dir / files.MANIFEST).read_text() == '{"attempts": ['  # left as found, for the user to see
 
 
 # ------------------------------------------------------------------ item 10: Ctrl-C and SIGTERM
@@ -115,12 +115,12 @@ def test_a_signal_mid_run_ends_in_one_line_and_an_interrupted_attempt(tmp_path, 
             "rerun the same command to resume"
         )
         assert _statuses(run_dir) == ["interrupted"]
-        assert not (run_dir / rundir.DONE).exists()
+        assert not (run_dir / files.DONE).exists()
 
         again = allmem_run(tmp_path, *args, environ=keyed)  # the lock was released: the rerun completes
         assert again.rc == 0, again.err[-2000:]
         assert _statuses(run_dir) == ["interrupted", "complete"]
-        assert (run_dir / rundir.DONE).exists()
+        assert (run_dir / files.DONE).exists()
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -159,10 +159,10 @@ def test_a_full_disk_names_the_file_and_fails_the_attempt(tmp_path):
 
     _one_line_error(
         Result(proc.returncode, proc.stdout, proc.stderr),
-        f"{run_dir / rundir.PREDICTIONS}: No space left on device (errno 28)",
+        f"{run_dir / files.PREDICTIONS}: No space left on device (errno 28)",
     )
     assert _statuses(run_dir) == ["failed"]
-    assert not (run_dir / rundir.DONE).exists()
+    assert not (run_dir / files.DONE).exists()
     again = allmem_run(tmp_path, *BASE)  # space is back: the rerun completes
     assert again.rc == 0, again.err[-2000:]
     assert _statuses(run_dir) == ["failed", "complete"]
@@ -230,5 +230,5 @@ def test_one_failing_point_does_not_stop_a_sweep(tmp_path, launcher):
     res = Result(proc.returncode, proc.stdout, proc.stderr)
     _one_line_error(res, f"1 of 2 sweep points failed: #0 dataset.path={bad}")
     assert f"allmem run: error: {bad}: unreadable JSON" in res.err
-    done = list((tmp_path / "runs").rglob(rundir.DONE))
+    done = list((tmp_path / "runs").rglob(files.DONE))
     assert len(done) == 1 and TINY.name in (done[0].parent / "config.yaml").read_text()  # the good point ran

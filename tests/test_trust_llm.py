@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from allmem import rundir
 from allmem.llm import LLMError, build_llm, validate_llm_config
 from allmem.llm.cache import CachedReply, ResponseCache
-from allmem.llm.ledger import read_calls
 from allmem.llm.limiter import RateLimiter
 from allmem.llm.prompts import build_request
+from allmem.run import files
+from allmem.run.files import read_jsonl
 from tests.faultkit import FIXTURES, allmem_run, done_dir, env, run_dirs
 from tests.llm_stub import StubLLM
 
@@ -85,7 +85,7 @@ def test_a_200_without_a_usable_answer_fails_the_call_and_is_never_cached(stub, 
     res = ask(llm)
     assert res.error is not None and needle in res.error and res.text == "" and not res.ok
     assert stub.count == 3
-    (call,) = read_calls(tmp_path / "run" / "calls.jsonl")
+    (call,) = read_jsonl(tmp_path / "run" / "calls.jsonl")
     assert call["ok"] is False and call["retries"] == 2
     assert len(llm.cache) == 0
     again = ask(llm)  # the stub answers normally now: a live call, not a cached empty answer
@@ -98,7 +98,7 @@ def test_a_bad_200_then_a_good_one_is_a_retry_not_a_failure(stub, tmp_path):
     stub.script(("body", HTML), ("choices", []))
     res = ask(llm)
     assert res.ok and res.text == "Stub reasoning. [[yes]]" and stub.count == 3
-    (call,) = read_calls(tmp_path / "run" / "calls.jsonl")
+    (call,) = read_jsonl(tmp_path / "run" / "calls.jsonl")
     assert call["ok"] is True and call["retries"] == 2
     llm.close()
 
@@ -290,8 +290,8 @@ def test_empty_replies_fail_the_run_and_a_healthy_rerun_completes(tmp_path, acti
         assert needle in first.last_line()
         assert "[allmem] done" not in first.out
         (run_dir,) = run_dirs(tmp_path)
-        assert not (run_dir / rundir.DONE).exists()
-        records = rundir.read_jsonl(run_dir / rundir.PREDICTIONS)
+        assert not (run_dir / files.DONE).exists()
+        records = files.read_jsonl(run_dir / files.PREDICTIONS)
         assert len(records) == N_TINY and all(needle in r["error"] for r in records)
         with sqlite3.connect(tmp_path / "cache" / "llm" / "responses.sqlite") as conn:
             assert conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0] == 0
@@ -300,7 +300,7 @@ def test_empty_replies_fail_the_run_and_a_healthy_rerun_completes(tmp_path, acti
         stub.stop()
     assert second.rc == 0, second.err[-2000:]
     assert done_dir(second) == run_dir
-    records = rundir.read_jsonl(run_dir / rundir.PREDICTIONS)
+    records = files.read_jsonl(run_dir / files.PREDICTIONS)
     assert len(records) == N_TINY and not any("error" in r for r in records)
     assert all(r["prediction"] for r in records)
 
@@ -338,7 +338,7 @@ def test_invalid_verdicts_are_counted_warned_about_and_flagged_in_the_footer(tmp
     assert (
         "WARNING" in warning and f"judge: 1 of {N_TINY} verdicts invalid (7.1% > 2%) in {run_dir}" in warning
     )
-    overall = json.loads((run_dir / rundir.METRICS).read_text())["overall"]
+    overall = json.loads((run_dir / files.METRICS).read_text())["overall"]
     assert overall["judge_counts"]["invalid"] == 1 and overall["judge_invalid_rate"] == pytest.approx(
         1 / N_TINY
     )

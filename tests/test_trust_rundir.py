@@ -1,6 +1,6 @@
 """Run folders are data, and a run's identity is checked before it is trusted (issue 17, items 1, 3, 4, 9, 10).
 
-A stored ``config.yaml`` is read by ``rundir.read_config`` only: nothing in it is instantiated or interpolated.
+A stored ``config.yaml`` is read by ``files.read_config`` only: nothing in it is instantiated or interpolated.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from allmem import rundir
+from allmem.run import files, identity
 from tests.faultkit import FIXTURES, allmem_run, done_dir, env
 
 TINY = FIXTURES / "locomo_tiny.json"
@@ -37,9 +37,9 @@ def bm25_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _copy(run: Path, root: Path, edit) -> Path:  # noqa: ANN001 - edits the config's data in place
     dest = shutil.copytree(run, root / "locomo" / run.name)
-    cfg = yaml.safe_load((dest / rundir.CONFIG).read_text())
+    cfg = yaml.safe_load((dest / files.CONFIG).read_text())
     edit(cfg)
-    (dest / rundir.CONFIG).write_text(yaml.safe_dump(cfg))
+    (dest / files.CONFIG).write_text(yaml.safe_dump(cfg))
     return dest
 
 
@@ -78,18 +78,18 @@ def test_a_stored_interpolation_is_never_resolved(
 
     monkeypatch.setenv("H1_SECRET_KEY", SECRET)
     run_dir = _copy(bm25_run, tmp_path / "runs", lambda c: c["llm"].update(model="${oc.env:H1_SECRET_KEY}"))
-    metrics = json.loads((run_dir / rundir.METRICS).read_text())
+    metrics = json.loads((run_dir / files.METRICS).read_text())
     metrics["backend"] = {
         "llm": "openai",
         "llm_model": None,
         "offline": False,
     }  # a real-LLM run: the footer names the model
-    (run_dir / rundir.METRICS).write_text(json.dumps(metrics))
+    (run_dir / files.METRICS).write_text(json.dumps(metrics))
     run = load_run(run_dir)
     text = backend_text([run]) + question_table([run]).to_csv()
     assert SECRET not in text
     assert "openai:${oc.env:H1_SECRET_KEY}" in text
-    assert rundir.config_hash(rundir.read_config_data(run_dir)) == rundir.config_hash(run.cfg)
+    assert identity.config_hash(files.read_config_data(run_dir)) == identity.config_hash(run.cfg)
 
 
 # --- item 9: credentials in a URL ---------------------------------------------------------------------------
@@ -162,7 +162,7 @@ def test_run_name_cannot_leave_run_root(tmp_path: Path, name: str) -> None:
 def test_every_run_records_its_source_fingerprint_and_declared_packages(bm25_run: Path) -> None:
     from allmem.fingerprint import source_fingerprint
 
-    manifest = json.loads((bm25_run / rundir.MANIFEST).read_text())
+    manifest = json.loads((bm25_run / files.MANIFEST).read_text())
     assert (
         manifest["code"] == source_fingerprint() and manifest["attempts"][0]["code"] == source_fingerprint()
     )
@@ -171,12 +171,12 @@ def test_every_run_records_its_source_fingerprint_and_declared_packages(bm25_run
 
 
 def _set_code(run: Path, code: str | None) -> None:
-    manifest = json.loads((run / rundir.MANIFEST).read_text())
+    manifest = json.loads((run / files.MANIFEST).read_text())
     for entry in [manifest, *manifest["attempts"]]:
         entry.pop("code")
         if code is not None:
             entry["code"] = code
-    (run / rundir.MANIFEST).write_text(json.dumps(manifest))
+    (run / files.MANIFEST).write_text(json.dumps(manifest))
 
 
 @pytest.mark.parametrize("code", ["0123456789abcdef", None])
@@ -208,8 +208,8 @@ def test_make_targets_never_silently_reuse_runs_of_other_code(tmp_path: Path) ->
     made = write_experiment(root, "table1", lambda label, i: True)
     same = _targets("--runs", str(root))  # the second invocation with the same code reuses every run
     assert same.returncode == 0 and "table1 on locomo: " in same.stdout and "nothing to run" in same.stdout
-    manifest = json.loads((made[0] / rundir.MANIFEST).read_text())
-    (made[0] / rundir.MANIFEST).write_text(json.dumps(manifest | {"code": "0123456789abcdef"}))
+    manifest = json.loads((made[0] / files.MANIFEST).read_text())
+    (made[0] / files.MANIFEST).write_text(json.dumps(manifest | {"code": "0123456789abcdef"}))
     res = _targets("--runs", str(root))
     lines = [x for x in res.stderr.splitlines() if x.strip()]
     assert res.returncode == 1 and len(lines) == 1, res.stderr
@@ -235,7 +235,7 @@ def test_a_paper_target_without_runs_fails_in_one_line(tmp_path: Path) -> None:
 def test_the_overview_names_incomplete_runs(bm25_run: Path, tmp_path: Path) -> None:
     root = tmp_path / "runs"
     shutil.copytree(bm25_run, root / "done")
-    (shutil.copytree(bm25_run, root / "half") / rundir.DONE).unlink()
+    (shutil.copytree(bm25_run, root / "half") / files.DONE).unlink()
     res = _report(str(root), "--out", str(tmp_path / "o.md"))
     assert res.returncode == 0, res.stderr
     assert f"- incomplete: {root / 'half'}" in res.stdout
@@ -262,7 +262,7 @@ def test_a_failed_report_write_keeps_the_old_file(tmp_path: Path) -> None:
         raise OSError(28, "No space left on device")
 
     with pytest.raises(OSError):
-        rundir.write_via(target, torn)
+        files.write_via(target, torn)
     assert target.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["fig.png"]
 
 

@@ -25,6 +25,7 @@ from allmem.llm.cache import ResponseCache
 from allmem.llm.client import LLM, CircuitOpen
 from allmem.llm.ledger import Ledger
 from allmem.llm.prompts import build_request
+from allmem.run.files import CALLS, plain
 
 __all__ = [
     "LLM",
@@ -57,7 +58,7 @@ def validate_llm_config(cfg_llm: Any) -> None:
     """Raise ``LLMError`` naming the field for a pacing, timeout or retry setting that is not a number in range
     (``llm.rpm=-5``, ``llm.timeout_s=0``), so it stops the run before its directory is made, not at the first call.
     """
-    cfg = _as_dict(cfg_llm)
+    cfg = plain(cfg_llm)
     for key, nullable in _POSITIVE.items():
         value = cfg.get(key)
         if value is None and (nullable or key not in cfg):
@@ -69,21 +70,6 @@ def validate_llm_config(cfg_llm: Any) -> None:
         value = cfg.get(key, 0)
         if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
             raise LLMError(f"llm.{key}: must be a number >= 0, got {value!r}")
-
-
-def _as_dict(cfg: Any) -> dict[str, Any]:
-    if cfg is None:
-        return {}
-    try:
-        from omegaconf import DictConfig, OmegaConf
-
-        if isinstance(cfg, DictConfig):
-            return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
-    except ImportError:  # pragma: no cover - omegaconf is a dependency
-        pass
-    if isinstance(cfg, Mapping):
-        return dict(cfg)
-    raise TypeError(f"llm config: expected a mapping, got {type(cfg).__name__}")
 
 
 def build_llm(
@@ -99,7 +85,7 @@ def build_llm(
     (default: ``allmem.paths.cache_dir()``).
     Errors name the config field (``llm.<field>``).
     """
-    cfg = _as_dict(cfg_llm)
+    cfg = plain(cfg_llm)
     validate_llm_config(cfg)
     factory = _backend_class(cfg)
     params = {n: p for n, p in inspect.signature(factory).parameters.items() if n != "self"}
@@ -119,7 +105,7 @@ def build_llm(
     cache = ResponseCache(
         _cache_path(cache_cfg.get("path"), cache_dir), enabled=bool(cache_cfg.get("enabled", True))
     )
-    ledger = Ledger(Path(run_dir) / "calls.jsonl" if run_dir is not None else None, attempt=attempt)
+    ledger = Ledger(Path(run_dir) / CALLS if run_dir is not None else None, attempt=attempt)
     info = {"base_url": cfg.get("base_url"), "api_key_env": cfg.get("api_key_env")}
     return LLM(
         backend,
@@ -151,7 +137,7 @@ def _backend_class(cfg: Mapping[str, Any]) -> Any:
 
 def cache_path(cfg_llm: Any, cache_dir: str | Path | None = None) -> Path:
     """Where the response cache of this ``llm`` config lives (what ``build_llm`` opens)."""
-    return _cache_path(dict(_as_dict(cfg_llm).get("cache") or {}).get("path"), cache_dir)
+    return _cache_path(dict(plain(cfg_llm).get("cache") or {}).get("path"), cache_dir)
 
 
 def _cache_path(path: Any, cache_dir: str | Path | None) -> Path:

@@ -11,7 +11,6 @@ call ``price_calls`` with a prices table (``configs/llm/prices.yaml``) at report
 from __future__ import annotations
 
 import dataclasses
-import json
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
@@ -19,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from allmem.run.files import CALLS, CONFIG, append_jsonl, read_config_data, read_jsonl
 from allmem.types import CallRecord
 
 _FIELDS = (
@@ -67,10 +67,7 @@ class Ledger:
                 self._failed[rec.phase] += 1
                 self.last_error = rec.error
             if self.path is not None:
-                line = dataclasses.asdict(rec) | extra
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                with self.path.open("a", encoding="utf-8") as fh:
-                    fh.write(json.dumps(line, ensure_ascii=False) + "\n")
+                append_jsonl(self.path, dataclasses.asdict(rec) | extra)
 
     def set_attempt(self, attempt: int) -> None:
         """The run attempt every later call is booked under (``manifest.json`` lists the attempts)."""
@@ -138,27 +135,6 @@ def _add(t: dict[str, Any], rec: CallRecord) -> None:
     m["tokens_out"] += rec.tokens_out
 
 
-def read_calls(path: str | Path) -> list[dict[str, Any]]:
-    """The lines of a ``calls.jsonl`` (empty list when the file does not exist). A torn last line (a process
-    killed mid-write) is left out; a broken line elsewhere is an error naming the file and the line."""
-    p = Path(path)
-    if not p.exists():
-        return []
-    text = p.read_text(encoding="utf-8")
-    lines = text.split("\n")
-    if not text.endswith("\n"):
-        lines = lines[:-1]  # torn tail
-    out = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{p}:{n}: not a valid ledger line ({exc.msg})") from None
-    return out
-
-
 def price_calls(
     calls: Iterable[Mapping[str, Any]], prices: Mapping[str, Mapping[str, float]]
 ) -> dict[str, Any]:
@@ -189,8 +165,6 @@ def price_run(run_dir: str | Path, prices: Mapping[str, Mapping[str, float]] | N
     """Price a run directory's ``calls.jsonl`` with ``prices``, else the ``llm.prices`` table of its config.yaml."""
     run = Path(run_dir)
     if prices is None:
-        from allmem.rundir import CONFIG, read_config_data  # the one safe reader of a stored config
-
         cfg = read_config_data(run) if (run / CONFIG).exists() else {}
         prices = (cfg.get("llm") or {}).get("prices") or {}
-    return price_calls(read_calls(run / "calls.jsonl"), prices)
+    return price_calls(read_jsonl(run / CALLS), prices)

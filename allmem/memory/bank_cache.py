@@ -20,7 +20,7 @@ A damaged entry (a truncated file from a full disk or a killed copy, a garbled l
 matched, since the whole entry is read then: a warning names the file, the entry is moved aside to
 ``<dialogue>.corrupt-<time>`` (kept for a look, never read again) and the dialogue is ingested again. The cache is
 only an accelerator, so damage costs time, never a run. Temporary folders left by killed writers are removed by
-the next store beside them (``allmem.memory.persist.remove_stale``).
+the next store beside them (``allmem.run.files.remove_stale``).
 """
 
 from __future__ import annotations
@@ -38,15 +38,15 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from allmem.memory.persist import load_bank, remove_stale, temp_dir
+from allmem.memory.persist import load_bank
 from allmem.memory.units import BankError
+from allmem.run.files import EVENTS, dump_line, read_jsonl, remove_stale, temp_dir
 
 log = logging.getLogger(__name__)
 
 FORMAT = 1
 ENTRY = "entry.json"
 BANK = "bank"
-EVENTS = "atc_events.jsonl"
 
 
 def code_fingerprint() -> str:
@@ -162,16 +162,10 @@ class BankCache:
             raise BankError(f"{path / ENTRY}: not valid JSON ({exc})") from None
         if not isinstance(entry, dict):
             raise BankError(f"{path / ENTRY}: not a JSON object")
-        events = []
-        if (path / EVENTS).exists():
-            lines = (path / EVENTS).read_text(encoding="utf-8").splitlines()
-            for n, line in enumerate(lines, 1):
-                if not line:
-                    continue
-                try:
-                    events.append(json.loads(line))
-                except ValueError as exc:
-                    raise BankError(f"{path / EVENTS}: line {n}: not valid JSON ({exc})") from None
+        try:
+            events = read_jsonl(path / EVENTS, whole=True)
+        except ValueError as exc:
+            raise BankError(str(exc)) from None
         return entry, events
 
     def store(
@@ -193,8 +187,7 @@ class BankCache:
         try:
             save_bank(tmp / BANK)
             with open(tmp / EVENTS, "w", encoding="utf-8") as fh:
-                for ev in events:
-                    fh.write(json.dumps(ev, ensure_ascii=False, sort_keys=True, default=str) + "\n")
+                fh.writelines(dump_line(ev) for ev in events)
             entry = {
                 "format": FORMAT,
                 "key": self.key,

@@ -4,22 +4,13 @@ Why this layout: every file is readable with standard tools, nothing executes co
 (``np.load(..., allow_pickle=False)``), and evidence hashes are re-checked on load, so a tampered or corrupted
 evidence record is refused with the file and unit named. A save is atomic: everything is written into a
 temporary sibling folder (``meta.json`` last), which then replaces the target by rename, so a reader sees the
-old bank or the new one, never half of one.
-
-Temporary folders follow the umask (``tempfile.mkdtemp`` would make them 0700, and the rename keeps that mode, so a
-teammate sharing the cache could not read the banks) and carry their writer's host and pid in the name, so one
-left by a killed process is recognised and removed by the next save beside it (``remove_stale``).
+old bank or the new one, never half of one. (``allmem.run.files.write_folder``).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
-import secrets
-import shutil
-import socket
-import time
 from collections.abc import Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
@@ -28,66 +19,11 @@ from typing import Any
 import numpy as np
 
 from allmem.memory.bank import BankError, EvidenceRecord, Link, MemoryBank, Unit, evidence_hash
+from allmem.run.files import write_folder
 
 FORMAT = "allmem-bank"
 VERSION = 1
 UNITS, LINKS, EMBEDDINGS, META = "units.jsonl", "links.jsonl", "embeddings.npy", "meta.json"
-STALE_AFTER_S = 6 * 3600  # a temporary folder this old is an orphan whoever made it (a save takes seconds)
-_TEMP_NAME = re.compile(r"^\..+\.(?P<host>[A-Za-z0-9-]*)\.(?P<pid>\d+)\.[0-9a-f]{8}\.(?:tmp|old)$")
-
-
-def _host() -> str:
-    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname().split(".")[0])
-
-
-def temp_dir(parent: Path, name: str, kind: str = "tmp") -> Path:
-    """A new hidden folder beside ``parent / name``, mode from the umask, named after this host and process."""
-    path = parent / f".{name}.{_host()}.{os.getpid()}.{secrets.token_hex(4)}.{kind}"
-    os.mkdir(path, 0o777)
-    return path
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's live process
-        return True
-    return True
-
-
-def remove_stale(parent: Path, now: float | None = None) -> list[Path]:
-    """Remove the temporary folders under ``parent`` that no live writer owns; returns them.
-
-    Only hidden folders named like ``temp_dir``'s (or older ``*.tmp`` ones) are considered, never a symlink: one
-    is removed when its writer was on this host and is dead, or when it is older than ``STALE_AFTER_S`` (a writer
-    on another host sharing the folder cannot be asked, and a reused pid only delays removal).
-    """
-    now = time.time() if now is None else now
-    removed: list[Path] = []
-    try:
-        entries = list(parent.iterdir())
-    except OSError:
-        return removed
-    host = _host()
-    for entry in entries:
-        if not (entry.name.startswith(".") and entry.name.endswith((".tmp", ".old"))):
-            continue
-        try:
-            st = entry.lstat()
-        except OSError:
-            continue
-        if not entry.is_dir() or entry.is_symlink():
-            continue
-        m = _TEMP_NAME.match(entry.name)
-        dead = (
-            m is not None and m["host"] == host and int(m["pid"]) != os.getpid() and not _alive(int(m["pid"]))
-        )
-        if dead or now - st.st_mtime > STALE_AFTER_S:
-            shutil.rmtree(entry, ignore_errors=True)
-            removed.append(entry)
-    return removed
 
 
 def _write_text(path: Path, lines: Iterator[str]) -> None:
@@ -117,11 +53,8 @@ def _unit_json(u: Unit) -> str:
 
 def save_bank(bank: MemoryBank, path: str | Path, extra: Mapping[str, Any] | None = None) -> Path:
     """Write ``bank`` to the folder ``path`` atomically; ``extra`` (JSON) rides along in meta.json."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale(path.parent)
-    tmp = temp_dir(path.parent, path.name)
-    try:
+
+    def fill(tmp: Path) -> None:
         _write_text(tmp / UNITS, (_unit_json(u) for u in bank.units()))
         _write_text(
             tmp / LINKS,
@@ -142,17 +75,8 @@ def save_bank(bank: MemoryBank, path: str | Path, extra: Mapping[str, Any] | Non
             "extra": dict(extra or {}),
         }
         _write_text(tmp / META, iter([json.dumps(meta, indent=1, ensure_ascii=False)]))
-        old = None
-        if path.exists():
-            old = path.parent / f".{path.name}.{_host()}.{os.getpid()}.{secrets.token_hex(4)}.old"
-            os.replace(path, old)
-        os.replace(tmp, path)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return path
+
+    return write_folder(Path(path), fill)
 
 
 def read_meta(path: str | Path) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from allmem.metrics.protocols import (
     get_protocol,
 )
 from allmem.metrics.retrieval import rank_source_ids
+from allmem.run.files import CONFIG, PREDICTIONS, iter_jsonl, read_config_data
 from allmem.types import Prediction
 
 __all__ = [
@@ -88,18 +89,8 @@ def item_scores(
 def load_predictions(path: str | Path) -> list[dict[str, Any]]:
     """Read and validate a ``predictions.jsonl``; errors name the file, the line and the field."""
     path = Path(path)
-    raws: list[Any] = []
-    places: list[str] = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                raws.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise RecordError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-            places.append(where)
+    lines = list(iter_jsonl(path))
+    raws, places = [value for _, value in lines], [f"{path}:{n}" for n, _ in lines]
     return _validate_all(raws, places)
 
 
@@ -111,11 +102,9 @@ def score_file(path: str | Path, protocol: str | Protocol = "allmem") -> dict[st
 
 def protocol_for(path: Path, name: str | None, ks: str | None, table_k: int | None) -> Protocol:
     """The protocol to score ``path`` with: the run's own (``config.yaml`` beside it) unless overridden."""
-    cfg_path = (path if path.is_dir() else path.parent) / "config.yaml"
+    cfg_path = (path if path.is_dir() else path.parent) / CONFIG
     node: dict[str, Any] = {"name": "allmem", "ks": None, "table_k": None}  # None: the configs' cut-offs
     if cfg_path.is_file():
-        from allmem.rundir import read_config_data
-
         stored = read_config_data(cfg_path.parent).get("protocol") or {}
         node.update(
             {k: stored[k] for k in ("name", "ks", "table_k") if k in stored}
@@ -142,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--table-k", type=int, default=None, help="the k of the table columns (one of --ks)")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON summary here")
     args = parser.parse_args(argv)
-    file = args.path / "predictions.jsonl" if args.path.is_dir() else args.path
+    file = args.path / PREDICTIONS if args.path.is_dir() else args.path
     try:
         result = score_file(file, protocol_for(args.path, args.protocol, args.ks, args.table_k))
     except (OSError, ValueError) as exc:

@@ -28,7 +28,7 @@ def build_report(root: Path, allow_mixed_code: bool = False) -> str:
     from allmem.report.atc import atc_sections
     from allmem.report.runs import check_same_code
     from allmem.report.tables import find_runs, group_table, main_table, split_table
-    from allmem.rundir import CONFIG
+    from allmem.run.files import CONFIG
 
     runs = find_runs(root)
     if not runs:
@@ -71,7 +71,7 @@ def _overview(argv: list[str]) -> int:
     text = build_report(args.root, args.allow_mixed_code)
     print(text)
     if args.out:
-        from allmem.rundir import write_atomic
+        from allmem.run.files import write_atomic
 
         write_atomic(args.out, text)
     if args.figures:

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from allmem import rundir
 from allmem.report.atc import pooled_recoverability
 from allmem.report.tables import Run
+from allmem.run import files
 
 
 def pyplot():
@@ -27,7 +27,7 @@ def pyplot():
 
 def _save(plt, fig, out: Path) -> Path:
     fig.tight_layout()
-    rundir.write_via(out, lambda tmp: fig.savefig(tmp, dpi=120))
+    files.write_via(out, lambda tmp: fig.savefig(tmp, dpi=120))
     plt.close(fig)
     return out
 

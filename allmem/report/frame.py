@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from omegaconf import OmegaConf
 
-from allmem import rundir
 from allmem.report.items import KEYS, item_frame
 from allmem.report.runs import Run
+from allmem.run import files
 
 NOT_CONFIG = ("run", "paths", "wandb", "hydra")  # keys that place or name a run, not what it computed
 
@@ -35,8 +34,7 @@ def _flatten(d: Mapping[str, Any], prefix: str) -> dict[str, Any]:
 
 
 def config_columns(run: Run) -> dict[str, Any]:
-    data = OmegaConf.to_container(run.cfg, resolve=True)
-    assert isinstance(data, dict)
+    data = files.plain(run.cfg)
     return _flatten({k: v for k, v in data.items() if k not in NOT_CONFIG}, "cfg.")
 
 
@@ -93,4 +91,4 @@ def question_table(runs: Iterable[Run]) -> pd.DataFrame:
 
 def write_parquet(runs: Iterable[Run], path: Path) -> Path:
     table = question_table(runs)
-    return rundir.write_via(path, lambda tmp: table.to_parquet(tmp, index=False))
+    return files.write_via(path, lambda tmp: table.to_parquet(tmp, index=False))

@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from allmem import rundir
 from allmem.paths import cache_dir
 from allmem.report.runs import Run
+from allmem.run import files
 
 log = logging.getLogger("allmem.report")
 JUDGE = "judge"  # 1 = yes, 0 = no, NaN = invalid or not judged (left out of the 4o-J denominator)
@@ -66,7 +66,7 @@ def _score(run: Run) -> pd.DataFrame:
 
 def item_frame(run: Run, use_cache: bool = True) -> pd.DataFrame:
     """One row per question of the run: ids, group (category or question type), metric values in [0, 1]."""
-    path = run.path / rundir.PREDICTIONS
+    path = run.path / files.PREDICTIONS
     if not use_cache:
         return _score(run)
     data = path.read_bytes()

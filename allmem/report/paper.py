@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from allmem import rundir
 from allmem.errors import ConfigError
 from allmem.report import ablations, cost, paper_figures, stats, table1
 from allmem.report.atc import table3_frame, table3_markdown
@@ -22,6 +21,7 @@ from allmem.report.frame import write_parquet
 from allmem.report.provenance import DATASET_TITLES, footer
 from allmem.report.runs import Run, check_same_code
 from allmem.report.targets import LME_SKIPPED, TARGETS, Point, collect, expand, experiments_of
+from allmem.run import files
 from benchmarks import fit_split
 
 log = logging.getLogger("allmem.report")
@@ -57,10 +57,10 @@ def _suffix(dataset: str) -> str:
 def _write(text: str, frame: pd.DataFrame | None, tables: Path, name: str) -> list[Path]:
     tables.mkdir(parents=True, exist_ok=True)
     md = tables / f"{name}.md"
-    rundir.write_atomic(md, text.rstrip() + "\n")
+    files.write_atomic(md, text.rstrip() + "\n")
     paths = [md]
     if frame is not None and not frame.empty:
-        rundir.write_atomic(tables / f"{name}.csv", frame.to_csv(index=False))
+        files.write_atomic(tables / f"{name}.csv", frame.to_csv(index=False))
         paths.append(tables / f"{name}.csv")
     return paths
 

@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from allmem import rundir
 from allmem.report.ablations import STAGES, search_ms, surface_share
 from allmem.report.atc import pooled_recoverability
 from allmem.report.compare import compare
@@ -26,6 +25,7 @@ from allmem.report.figures import pyplot
 from allmem.report.items import item_frame
 from allmem.report.provenance import DATASET_TITLES, caption
 from allmem.report.runs import Run
+from allmem.run import files
 
 STAGE_LABELS = {"embed": "query embedding", "stage1": "Stage 1 anchors", "stage2": "Stage 2 expansion",
                 "stage3": "Stage 3 re-rank"}  # fmt: skip
@@ -41,7 +41,7 @@ def save(fig, runs: Sequence[Run], out: Path, note: str = "") -> list[Path]:
     paths = []
     for ext in ("png", "pdf"):
         path = out.with_suffix(f".{ext}")
-        rundir.write_via(path, lambda tmp: fig.savefig(tmp, dpi=150))
+        files.write_via(path, lambda tmp: fig.savefig(tmp, dpi=150))
         paths.append(path)
     plt.close(fig)
     return paths

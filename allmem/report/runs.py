@@ -1,6 +1,6 @@
 """Reading run directories: the one module of the report that knows their file names and fields.
 
-Everything the tables and figures show comes from here: ``config.yaml`` (read as data by ``rundir.read_config``), ``metrics.json``,
+Everything the tables and figures show comes from here: ``config.yaml`` (read as data by ``files.read_config``), ``metrics.json``,
 ``manifest.json``, ``predictions.jsonl``, ``system_stats.jsonl``, ``atc_events.jsonl`` and ``calls.jsonl``. A run
 counts only when complete (``DONE`` exists); anything else is never read as a result. When the run-directory
 contract changes, this is the file to adapt.
@@ -17,11 +17,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from allmem import rundir
 from allmem.errors import ConfigError
 from allmem.metrics.protocols import Protocol, as_protocol
-
-EVENTS = "atc_events.jsonl"
+from allmem.run import files, identity
 
 
 @dataclass(frozen=True, eq=False)
@@ -52,7 +50,7 @@ class Run:
         try:
             return as_protocol(self.cfg.protocol)
         except (ValueError, TypeError, KeyError) as exc:
-            raise ConfigError(f"{self.path / rundir.CONFIG}: protocol: {exc}") from None
+            raise ConfigError(f"{self.path / files.CONFIG}: protocol: {exc}") from None
 
     @property
     def backend(self) -> dict[str, Any]:
@@ -66,16 +64,16 @@ class Run:
     def config_hash(self) -> str:
         """The run's identity as the runner recorded it (config and data); computed for runs that predate that."""
         recorded = (self.metrics.get("run") or {}).get("config_hash")
-        return str(recorded) if recorded else rundir.config_hash(self.cfg)
+        return str(recorded) if recorded else identity.config_hash(self.cfg)
 
     def value(self, key: str, default: Any = None) -> Any:
         """A config value by dotted key (``method.retrieval.K``), or ``default`` when absent."""
         found = OmegaConf.select(self.cfg, key, default=default)
-        return OmegaConf.to_container(found, resolve=True) if isinstance(found, DictConfig) else found
+        return files.plain(found) if isinstance(found, DictConfig) else found
 
     @cached_property
     def manifest(self) -> dict[str, Any]:
-        path = self.path / rundir.MANIFEST
+        path = self.path / files.MANIFEST
         return json.loads(path.read_text()) if path.exists() else {}
 
     @property
@@ -100,15 +98,15 @@ class Run:
     # A complete run never changes, so each file is read once per Run object.
     @cached_property
     def _records(self) -> list[dict[str, Any]]:
-        return rundir.read_jsonl(self.path / rundir.PREDICTIONS)
+        return files.read_jsonl(self.path / files.PREDICTIONS)
 
     @cached_property
     def _stats(self) -> dict[str, dict[str, Any]]:
-        return {r["dialogue_id"]: r for r in rundir.read_jsonl(self.path / rundir.SYSTEM_STATS)}
+        return {r["dialogue_id"]: r for r in files.read_jsonl(self.path / files.SYSTEM_STATS)}
 
     @cached_property
     def _events(self) -> list[dict[str, Any]]:
-        return rundir.read_jsonl(self.path / EVENTS)
+        return files.read_jsonl(self.path / files.EVENTS)
 
     def records(self) -> list[dict[str, Any]]:
         return self._records
@@ -122,7 +120,7 @@ class Run:
         return [r for r in self._events if kind is None or r.get("kind") == kind]
 
     def calls(self) -> list[dict[str, Any]]:
-        return rundir.read_jsonl(self.path / rundir.CALLS)
+        return files.read_jsonl(self.path / files.CALLS)
 
     @property
     def reused_bank(self) -> bool:
@@ -135,11 +133,11 @@ class Run:
 
 
 def load_run(path: Path) -> Run:
-    cfg = rundir.read_config(path)  # safe: no objects built, interpolations kept as text
+    cfg = files.read_config(path)  # safe: no objects built, interpolations kept as text
     try:
-        metrics = json.loads((path / rundir.METRICS).read_text(encoding="utf-8"))
+        metrics = json.loads((path / files.METRICS).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path / rundir.METRICS}: cannot be read as a run's metrics ({exc})") from None
+        raise ConfigError(f"{path / files.METRICS}: cannot be read as a run's metrics ({exc})") from None
     return Run(path=path, cfg=cfg, metrics=metrics)
 
 
@@ -148,7 +146,7 @@ def find_runs(root: Path) -> list[Run]:
     root = Path(root)
     if not root.exists():
         return []
-    return [load_run(done.parent) for done in sorted(root.rglob(rundir.DONE))]
+    return [load_run(done.parent) for done in sorted(root.rglob(files.DONE))]
 
 
 def by_hash(runs: Iterable[Run]) -> dict[str, Run]:

@@ -13,7 +13,6 @@ from typing import Any
 
 import pandas as pd
 
-from allmem import rundir
 from allmem.report.compare import compare, fmt_ci, metric_title
 from allmem.report.figures import pyplot
 from allmem.report.frame import config_columns
@@ -23,6 +22,7 @@ from allmem.report.provenance import footer
 from allmem.report.runs import Run, check_same_code, find_runs
 from allmem.report.table1 import table_metrics
 from allmem.report.tables import markdown
+from allmem.run import files
 
 
 def varying_keys(runs: list[Run]) -> list[str]:
@@ -70,8 +70,8 @@ def summarise_sweep(root: Path, out: Path, allow_mixed_code: bool = False) -> li
     ])  # fmt: skip
     (out / "tables").mkdir(parents=True, exist_ok=True)
     md, csv = out / "tables" / "sweep.md", out / "tables" / "sweep.csv"
-    rundir.write_atomic(md, text + "\n")
-    rundir.write_atomic(csv, table.to_csv(index=False))
+    files.write_atomic(md, text + "\n")
+    files.write_atomic(csv, table.to_csv(index=False))
     numeric = [k for k in keys if pd.api.types.is_numeric_dtype(table[k])]
     xkey = numeric[0] if len(keys) == 1 and numeric else "generator_tokens"
     plt = pyplot()

@@ -21,9 +21,9 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from allmem import rundir
 from allmem.paths import cache_dir
 from allmem.report.runs import Run, by_hash, find_runs
+from allmem.run import identity
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 log = logging.getLogger("allmem.report")
@@ -149,18 +149,18 @@ class Point:
 @lru_cache(maxsize=1)
 def _fingerprint() -> str:
     """What a composed config's hash depends on besides the overrides: every config file, the identity rules
-    (``allmem/rundir.py``) and the cache folder the configs interpolate."""
+    (``allmem/run/identity.py``, ``allmem/run/files.py``) and the cache folder the configs interpolate."""
     from allmem.fingerprint import source_fingerprint
 
     h = hashlib.sha256(os.environ.get("ALLMEM_CACHE", "").encode())
-    h.update(source_fingerprint(("configs", "allmem/rundir.py")).encode())
+    h.update(source_fingerprint(("configs", "allmem/run/identity.py", "allmem/run/files.py")).encode())
     return h.hexdigest()[:16]
 
 
 @lru_cache(maxsize=16)
 def _digest(dataset: str, path: str | None, stamp: tuple[int, int]) -> str:
     cfg = OmegaConf.create({"dataset": {"name": dataset, "path": path}})
-    return rundir.data_digest(cfg)
+    return identity.data_digest(cfg)
 
 
 def _data_digest(dataset: str, path: str | None) -> str:
@@ -228,7 +228,7 @@ class _HashCache:
         path = cfg.dataset.get("path")
         digest = _data_digest(str(cfg.dataset.name), None if path is None else str(path))
         entry = {"dataset": str(cfg.dataset.name), "path": None if path is None else str(path), "hashes": {}}
-        entry["hashes"][digest] = rundir.config_hash(cfg, digest)
+        entry["hashes"][digest] = identity.config_hash(cfg, digest)
         self.data[key] = entry
         self.dirty = True
         return entry["hashes"][digest]

@@ -69,7 +69,7 @@ def log_run(cfg: DictConfig, run_dir: Path) -> bool:
 
     from allmem.report.items import item_frame
     from allmem.report.runs import load_run
-    from allmem.rundir import DONE, METRICS
+    from allmem.run.files import DONE, METRICS
 
     if not (run_dir / DONE).exists():
         raise ValueError(f"{run_dir}: not sealed (no {DONE}); only a complete run is logged")

@@ -7,49 +7,39 @@ the diagnosis row (``diagnose`` lines), and Table 2 amortises a run's cost over 
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
 from typing import Any
 
-EVENTS_FILE = "atc_events.jsonl"
+from allmem.run.files import EVENTS, append_jsonl, iter_jsonl
+from allmem.types import RecordError
 
 
 class EventLog:
     """Appends JSON lines to ``<run_dir>/atc_events.jsonl`` (when a run dir is given) and keeps them in memory."""
 
     def __init__(self, run_dir: str | Path | None) -> None:
-        self.path = Path(run_dir) / EVENTS_FILE if run_dir is not None else None
+        self.path = Path(run_dir) / EVENTS if run_dir is not None else None
         self.events: list[dict[str, Any]] = []
         self._lock = threading.Lock()
 
     def write(self, event: dict[str, Any]) -> None:
-        line = json.dumps(event, ensure_ascii=False, sort_keys=True, default=str)
         with self._lock:
             self.events.append(event)
             if self.path is not None:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                with open(self.path, "a", encoding="utf-8") as f:
-                    f.write(line + "\n")
+                append_jsonl(self.path, event)
 
 
 def read_events(path: str | Path) -> list[dict[str, Any]]:
     """Parse an events file (or the file inside a run directory); errors name the file and the line."""
     p = Path(path)
     if p.is_dir():
-        p = p / EVENTS_FILE
+        p = p / EVENTS
     if not p.exists():
         raise FileNotFoundError(f"{p}: no ATC events file")
     out = []
-    with open(p, encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                ev = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{p}:{i}: invalid JSON ({exc.msg})") from exc
-            if not isinstance(ev, dict) or "kind" not in ev:
-                raise ValueError(f"{p}:{i}: an event must be an object with field 'kind'")
-            out.append(ev)
+    for i, ev in iter_jsonl(p):
+        if not isinstance(ev, dict) or "kind" not in ev:
+            raise RecordError(f"{p}:{i}: an event must be an object with field 'kind'")
+        out.append(ev)
     return out

@@ -32,11 +32,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from allmem import rundir
 from allmem.errors import ConfigError, RunCorrupt, RunLocked
 from allmem.fingerprint import source_fingerprint
-from allmem.llm.ledger import read_calls, totals_of
-from allmem.types import Dialogue
+from allmem.llm.ledger import totals_of
+from allmem.run import files
+from allmem.types import RECORD_VERSION, Dialogue
 
 log = logging.getLogger("allmem.run")
 
@@ -66,7 +66,7 @@ class RunLock:
 
     def __enter__(self) -> RunLock:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.run_dir / rundir.LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+        fd = os.open(self.run_dir / files.LOCK, os.O_RDWR | os.O_CREAT, 0o666)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -122,9 +122,10 @@ def provenance(data_files: Iterable[Path], backend: dict[str, Any]) -> dict[str,
     """Code version, data checksums, package versions and which backend produced the numbers."""
     return {
         "git": _git(),
-        "data": {str(p): rundir.sha256_file(p) for p in data_files if Path(p).is_file()},
+        "data": {str(p): files.sha256_file(p) for p in data_files if Path(p).is_file()},
         "packages": _versions(_declared_packages()),
         "code": source_fingerprint(),  # the sources that can change a result (allmem.fingerprint)
+        "records": RECORD_VERSION,  # which fields the run's files hold (allmem.types)
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "backend": backend,
@@ -134,7 +135,7 @@ def provenance(data_files: Iterable[Path], backend: dict[str, Any]) -> dict[str,
 
 
 def _read_manifest(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / rundir.MANIFEST
+    path = run_dir / files.MANIFEST
     if not path.exists():
         return {}
     try:  # written atomically by allmem, so a bad manifest was changed by something else: refuse, name it
@@ -176,7 +177,7 @@ def begin(run_dir: Path, data_files: Iterable[Path], backend: dict[str, Any], di
         "pid": os.getpid(),
         "data_digest": digest,
     }
-    rundir.write_json(run_dir / rundir.MANIFEST, prov | {"attempts": [*attempts, entry | prov]})
+    files.write_json(run_dir / files.MANIFEST, prov | {"attempts": [*attempts, entry | prov]})
     return number
 
 
@@ -187,7 +188,7 @@ def end(run_dir: Path, attempt: int, status: str, **summary: Any) -> None:
     for entry in manifest.get("attempts", ()):
         if entry.get("attempt") == attempt:
             entry.update(status=status, ended_at=_now(), **summary)
-    rundir.write_json(run_dir / rundir.MANIFEST, manifest)
+    files.write_json(run_dir / files.MANIFEST, manifest)
 
 
 def attempts(run_dir: Path) -> list[dict[str, Any]]:
@@ -198,18 +199,18 @@ def resume(run_dir: Path, dialogues: Sequence[Dialogue]) -> tuple[set[str], list
     """Make the directory's records true before an attempt; return the answered question ids and the ids of
     the dialogues to ingest (again). See the module docstring for what is cut and dropped, and why."""
     for path in sorted(run_dir.glob("*.jsonl")):
-        cut = rundir.repair_jsonl(path)
+        cut = files.repair_jsonl(path)
         if cut:
             log.warning("%s: cut a torn last line (%d bytes) left by an interrupted attempt", path.name, cut)
         check_lines(path)
-    failed = rundir.drop_lines(run_dir / rundir.PREDICTIONS, lambda r: r.get("error") is not None)
+    failed = files.drop_lines(run_dir / files.PREDICTIONS, lambda r: r.get("error") is not None)
     if failed:
         log.info("%d failed questions of an earlier attempt will be asked again", failed)
-    done = rundir.completed_ids(run_dir)
+    done = files.completed_ids(run_dir)
     redo = [d.id for d in dialogues if any(q.id not in done for q in d.questions)]
     again = set(redo)
-    rundir.drop_lines(run_dir / rundir.SYSTEM_STATS, lambda r: r.get("dialogue_id") in again)
-    rundir.drop_lines(run_dir / rundir.EVENTS, lambda r: r.get("dialogue") in again)
+    files.drop_lines(run_dir / files.SYSTEM_STATS, lambda r: r.get("dialogue_id") in again)
+    files.drop_lines(run_dir / files.EVENTS, lambda r: r.get("dialogue") in again)
     return done, redo
 
 
@@ -244,7 +245,7 @@ def readable_records(run_dir: Path) -> list[dict[str, Any]]:
     """The predictions for the attempt's closing counts; none when the file is corrupt (``check_lines`` named the
     line), so that recording how the attempt ended never fails on it."""
     try:
-        return rundir.read_jsonl(run_dir / rundir.PREDICTIONS)
+        return files.read_jsonl(run_dir / files.PREDICTIONS)
     except (ValueError, RecursionError):
         return []
 
@@ -262,13 +263,13 @@ def run_cost(run_dir: Path) -> dict[str, Any]:
     the attempt that wrote its prediction; each dialogue's write and consolidation calls from the attempt whose
     ingestion produced its memory), so a resumed run costs what an uninterrupted one does.
     ``cost_all_attempts``: every call booked, abandoned work included (what was spent)."""
-    calls = read_calls(run_dir / rundir.CALLS)
+    calls = files.read_jsonl(run_dir / files.CALLS)
     answered = {
         (r.get("dialogue_id"), r["question_id"]): int(r.get("attempt", 1))
-        for r in rundir.read_jsonl(run_dir / rundir.PREDICTIONS)
+        for r in files.read_jsonl(run_dir / files.PREDICTIONS)
     }
     ingested = {
-        r["dialogue_id"]: int(r.get("attempt", 1)) for r in rundir.read_jsonl(run_dir / rundir.SYSTEM_STATS)
+        r["dialogue_id"]: int(r.get("attempt", 1)) for r in files.read_jsonl(run_dir / files.SYSTEM_STATS)
     }
 
     def kept(call: dict[str, Any]) -> bool:

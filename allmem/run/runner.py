@@ -4,7 +4,7 @@ Reads top to bottom as the data flow: check and load → build → lock the run 
 (per question) retrieve → pack → generate → judge → write one prediction line; then score and seal the run
 directory. The harness owns the budget, generation and scoring; memory systems only ingest and retrieve.
 
-Failure rule: everything that can be checked before the run directory exists is (``allmem.preflight``, building
+Failure rule: everything that can be checked before the run directory exists is (``allmem.run.preflight``, building
 every component), so a run that cannot work leaves nothing behind. A question whose LLM calls (ingestion of its
 dialogue, retrieval, answer, judge) failed after their retries is written with its ``error`` and does not count
 as answered; the run then ends with ``RunFailed`` (one line: how many failed, the endpoint, the last error) and
@@ -23,16 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from hydra.utils import get_object, instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from allmem import attempts, preflight, rundir
 from allmem.budget import pack
 from allmem.errors import ConfigError, RunFailed
 from allmem.metrics import score_records
 from allmem.metrics.judge import invalid_warning
 from allmem.metrics.protocols import Protocol
 from allmem.metrics.retrieval import rank_source_ids
+from allmem.run import attempts, files, identity, preflight
 from allmem.systems import MemorySystem, Resources
 from allmem.types import AnswerInfo, AnswerRequest, Dialogue, Prediction, Question
 from benchmarks import load_dataset
@@ -48,8 +48,7 @@ def build(node: DictConfig, **available: Any) -> Any:
     Every buildable object declares what it needs by its signature (``embedder``, ``llm``, ``resources``), so
     configs stay plain data and no second registry is needed.
     """
-    params = OmegaConf.to_container(node, resolve=True)
-    assert isinstance(params, dict)
+    params = files.plain(node)
     target = params.pop("_target_")
     params.pop("name", None)
     factory = get_object(target) if "." in target else None
@@ -164,13 +163,13 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
     ``allmem.errors.expected_errors``.
     """
     overrides = task_overrides() if overrides is None else list(overrides)
-    digest = rundir.data_digest(cfg)
-    run_dir = rundir.resolve(cfg, overrides, digest)
-    if rundir.reusable(run_dir, cfg, digest):  # a complete run of another config or data there is refused
+    digest = identity.data_digest(cfg)
+    run_dir = identity.resolve(cfg, overrides, digest)
+    if identity.reusable(run_dir, cfg, digest):  # a complete run of another config or data there is refused
         log.info("complete run found, skipping: %s", run_dir)
         print(f"[allmem] skip (complete): {run_dir}")
         return run_dir
-    twin = None if cfg.run.get("name") else rundir.complete_twin(run_dir)
+    twin = None if cfg.run.get("name") else identity.complete_twin(run_dir)
     if (
         twin is not None
     ):  # the same config and data under another name (e.g. a sweep point equal to the default)
@@ -187,10 +186,10 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
     data_files = sorted({Path(d.source) for d in dialogues if d.source})
 
     with attempts.RunLock(run_dir):
-        if rundir.reusable(run_dir, cfg, digest):  # another process finished it while this one was starting
+        if identity.reusable(run_dir, cfg, digest):  # another process finished it while this one was starting
             print(f"[allmem] skip (complete): {run_dir}")
             return run_dir
-        rundir.prepare(run_dir, cfg)
+        identity.prepare(run_dir, cfg)
         attempt = attempts.begin(run_dir, data_files, backend, digest)
         status, stopped = "crashed", None
         try:  # from here on, however the attempt ends (an error, Ctrl-C, SIGTERM), the manifest says how
@@ -224,17 +223,17 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
         if warning := invalid_warning(metrics, str(run_dir)):  # allmem.metrics.judge.INVALID_WARN_RATE
             log.warning(warning)
         metrics["run"] = {
-            "label": rundir.run_label(cfg, overrides),
-            "config_hash": rundir.config_hash(cfg, digest),
+            "label": identity.run_label(cfg, overrides),
+            "config_hash": identity.config_hash(cfg, digest),
             "attempts": attempt,
         }
         metrics["backend"] = backend
         metrics |= attempts.run_cost(run_dir)
         metrics["inputs"] = input_counts
-        metrics["system"] = _system_summary(rundir.read_jsonl(run_dir / rundir.SYSTEM_STATS))
+        metrics["system"] = _system_summary(files.read_jsonl(run_dir / files.SYSTEM_STATS))
         metrics["wall_s_last_session"] = time.perf_counter() - t_start
-        rundir.write_json(run_dir / rundir.METRICS, metrics)
-        rundir.write_atomic(run_dir / rundir.DONE, "complete\n")
+        files.write_json(run_dir / files.METRICS, metrics)
+        files.write_atomic(run_dir / files.DONE, "complete\n")
     print(f"[allmem] done: {run_dir}")
     return run_dir
 
@@ -255,8 +254,8 @@ def _answer_all(
     )
     try:
         with (
-            rundir.JsonlWriter(run_dir / rundir.PREDICTIONS) as out,
-            rundir.JsonlWriter(run_dir / rundir.SYSTEM_STATS) as stats_out,
+            files.JsonlWriter(run_dir / files.PREDICTIONS) as out,
+            files.JsonlWriter(run_dir / files.SYSTEM_STATS) as stats_out,
         ):
             for dialogue in dialogues:
                 todo = [q for q in dialogue.questions if q.id not in done]

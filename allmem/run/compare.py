@@ -1,0 +1,183 @@
+"""The comparison rule (``same_result``: whether two run directories hold the same result) and ``allmem compare``.
+
+``SAME_RESULT_IGNORES`` names what may differ between equal runs, and nothing else. Given two roots, runs are
+matched by their path under the root, else by their config hash (the same config reached through other
+overrides); each is reported "same", "differs: ..." or "missing". Exit 0 only when
+every run is the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from allmem.run import files
+from allmem.run.identity import identity_of
+
+# Fields that may differ between two runs of the same config on the same data and code, and only those: timings
+# (latencies, wall clocks, per-event means of them), whether an LLM reply came from the cache and the counts
+# derived from that flag, attempt and retry numbers, timestamps, and the process that ran it (pid, argv). A key
+# matching one of these glob patterns is left out wherever it occurs, in every file. docs/DESIGN.md states it.
+SAME_RESULT_IGNORES: tuple[str, ...] = (
+    "*latency*", "*_ms", "*_ms_*", "*_s", "*_s_*",  # timings: latency_ms, write_describe_ms, wall_s, ingest_s
+    "cached", "spent_tokens_*",  # a cached reply and what it spared (the cache state on this machine)
+    "attempt", "attempts", "retries",  # how many tries it took
+    "*_at", "pid", "argv",  # when and by which process
+)  # fmt: skip
+# The files compared, each read as a multiset of records (order is the schedule's, not the result's).
+_COMPARED = (files.PREDICTIONS, files.CALLS, files.SYSTEM_STATS, files.EVENTS)
+
+
+def _ignored(key: str) -> bool:
+    return any(fnmatch.fnmatchcase(key, pat) for pat in SAME_RESULT_IGNORES)
+
+
+def _strip(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: _strip(v) for k, v in obj.items() if not _ignored(str(k))}
+    if isinstance(obj, list):
+        return [_strip(v) for v in obj]
+    return obj
+
+
+def _diff(a: Any, b: Any, where: str, out: list[str], limit: int) -> None:
+    if len(out) >= limit or a == b:
+        return
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b), key=str):
+            if k not in a or k not in b:
+                out.append(f"{where}.{k}: only in {'B' if k not in a else 'A'}")
+            else:
+                _diff(a[k], b[k], f"{where}.{k}", out, limit)
+            if len(out) >= limit:
+                return
+        return
+    out.append(f"{where}: {json.dumps(a, default=str)[:80]} != {json.dumps(b, default=str)[:80]}")
+
+
+def _records(path: Path) -> dict[str, Any]:
+    """A JSONL file's records without ignored fields, keyed by question (predictions) or by content."""
+    out: dict[str, Any] = {}
+    for rec in files.read_jsonl(path):
+        rec = _strip(rec)
+        key = json.dumps(rec, sort_keys=True, default=str)
+        if path.name == files.PREDICTIONS:
+            key = f"{rec.get('dialogue_id')}/{rec.get('question_id')}"
+        while key in out:  # the same line twice is kept twice
+            key += "+"
+        out[key] = rec
+    return out
+
+
+def _manifest_view(path: Path) -> dict[str, Any]:
+    """The manifest without ignored fields; ``data`` by content only (where the data lay is placement)."""
+    data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    if isinstance(data.get("data"), dict):
+        data["data"] = sorted(data["data"].values())
+    return _strip(data)
+
+
+def same_result(a: Path, b: Path, limit: int = 5) -> list[str]:
+    """Whether run directories ``a`` and ``b`` hold the same result: [] if so, else the first ``limit``
+    differences, one line each. Compares the identity of ``config.yaml`` (``identity``: placement keys left
+    out), ``metrics.json``, the manifest and every JSON-lines file (predictions by question, the others as a
+    multiset of lines), each without the fields in ``SAME_RESULT_IGNORES``."""
+    out: list[str] = []
+    a, b = Path(a), Path(b)
+    for name in (files.CONFIG, files.METRICS, files.MANIFEST, *_COMPARED, files.DONE):
+        if (a / name).exists() != (b / name).exists():
+            out.append(f"{name}: only in {'A' if (a / name).exists() else 'B'}")
+    ia, ib = (identity_of(files.read_config_data(p)) for p in (a, b))
+    _diff(ia, ib, files.CONFIG, out, limit)
+    for name in (files.METRICS,):
+        pa, pb = a / name, b / name
+        ja = _strip(json.loads(pa.read_text(encoding="utf-8"))) if pa.exists() else {}
+        jb = _strip(json.loads(pb.read_text(encoding="utf-8"))) if pb.exists() else {}
+        _diff(ja, jb, name, out, limit)
+    _diff(_manifest_view(a / files.MANIFEST), _manifest_view(b / files.MANIFEST), files.MANIFEST, out, limit)
+    for name in _COMPARED:
+        ra, rb = _records(a / name), _records(b / name)
+        if name == files.PREDICTIONS:
+            _diff(ra, rb, name, out, limit)
+        else:
+            only_a, only_b = sorted(set(ra) - set(rb)), sorted(set(rb) - set(ra))
+            if only_a or only_b:
+                out.append(f"{name}: {len(only_a)} lines only in A, {len(only_b)} only in B")
+    return out[:limit]
+
+
+def _is_run(path: Path) -> bool:
+    return (path / files.CONFIG).is_file()
+
+
+def _runs(root: Path) -> dict[str, Path]:
+    """Run directories under ``root`` by their path relative to it."""
+    return {p.parent.relative_to(root).as_posix(): p.parent for p in sorted(root.rglob(files.CONFIG))}
+
+
+def _hash(run: Path) -> str | None:
+    path = run / files.METRICS
+    try:
+        return (json.loads(path.read_text(encoding="utf-8")).get("run") or {}).get("config_hash")
+    except (OSError, ValueError):
+        return None
+
+
+def compare_roots(a: Path, b: Path) -> list[tuple[str, list[str] | None]]:
+    """``(run, differences)`` per run of either root; differences None when the other root lacks it."""
+    ra, rb = _runs(a), _runs(b)
+    by_hash = {h: rel for rel, p in rb.items() if (h := _hash(p))}
+    out: list[tuple[str, list[str] | None]] = []
+    matched: set[str] = set()
+    for rel, path in ra.items():
+        other = rel if rel in rb else by_hash.get(_hash(path) or "")
+        if other is None:
+            out.append((rel, None))
+            continue
+        matched.add(other)
+        out.append((rel if other == rel else f"{rel} ~ {other}", same_result(path, rb[other])))
+    out += [(rel, None) for rel in rb if rel not in matched]
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="allmem compare",
+        description="Whether two run directories (or two folders of runs) hold the same results; exit 0 only "
+        "if every run is the same. Latencies, cached flags, attempt numbers, timestamps, pid and argv are "
+        "ignored (allmem.run.SAME_RESULT_IGNORES).",
+    )
+    parser.add_argument("a", type=Path)
+    parser.add_argument("b", type=Path)
+    args = parser.parse_args(argv)
+    for p in (args.a, args.b):
+        if not p.is_dir():
+            print(f"allmem compare: error: {p}: not a folder", file=sys.stderr)
+            return 1
+    try:
+        if _is_run(args.a) and _is_run(args.b):
+            results = [(f"{args.a} vs {args.b}", same_result(args.a, args.b))]
+        else:
+            results = compare_roots(args.a, args.b)
+    except ValueError as exc:  # ConfigError (an unreadable config.yaml), a corrupt JSON line: named, one line
+        print(f"allmem compare: error: {exc}", file=sys.stderr)
+        return 1
+        if not results:
+            print(f"allmem compare: error: no run directory under {args.a} or {args.b}", file=sys.stderr)
+            return 1
+    bad = 0
+    for name, diffs in results:
+        if diffs is None:
+            print(f"{name}: missing (in one of the two only)")
+        elif diffs:
+            print(f"{name}: differs: {'; '.join(diffs)}")
+        else:
+            print(f"{name}: same")
+        bad += diffs is None or bool(diffs)
+    print(f"[allmem] compare: {len(results) - bad} of {len(results)} the same")
+    return 1 if bad else 0

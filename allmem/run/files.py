@@ -1,0 +1,341 @@
+"""The run directory: the contract between running and reporting.
+
+A run directory holds a fixed set of files (see docs/DESIGN.md). It is complete only when ``DONE`` exists, which
+is written last; a rerun skips a complete run. An interrupted or failed run is resumed by question id: answered
+predictions already on disk are kept, a torn last line (the process was killed mid-write) is cut off, failed
+lines are dropped, and only the missing questions are answered, so the file ends with no duplicates and no
+gaps. ``allmem/run/attempts.py`` keeps the other files true across attempts (lock, manifest, ledger, events).
+
+This module owns the files: their names (no other module spells one), the one JSONL reader and appender, atomic
+writes of a file or a folder, sha256, and reading a stored config as data. The run's identity and name are in
+``identity``, the comparison rule in ``compare``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, NoReturn
+
+from omegaconf import DictConfig, OmegaConf
+
+from allmem.types import RecordError
+
+CONFIG = "config.yaml"
+PREDICTIONS = "predictions.jsonl"
+CALLS = "calls.jsonl"
+SYSTEM_STATS = "system_stats.jsonl"
+METRICS = "metrics.json"
+MANIFEST = "manifest.json"
+EVENTS = "atc_events.jsonl"  # written by All-Mem's consolidation (allmem.memory.atc.events)
+LOCK = ".lock"
+DONE = "DONE"
+
+
+def plain(cfg: Any) -> dict[str, Any]:
+    """A config node as plain data, interpolations resolved: what Hydra hands over (a ``DictConfig``) or what a
+    caller passes (a mapping, possibly holding ``DictConfig`` nodes); ``None`` is ``{}``. The one config-to-dict
+    conversion; a stored config is read with ``read_config_data`` instead (never resolved)."""
+    if cfg is None:
+        return {}
+    if isinstance(cfg, DictConfig):
+        data = OmegaConf.to_container(cfg, resolve=True)
+        assert isinstance(data, dict)
+        return data
+    if isinstance(cfg, Mapping):
+        return {k: plain(v) if isinstance(v, Mapping) else v for k, v in cfg.items()}
+    raise TypeError(f"expected a config mapping, got {type(cfg).__name__}")
+
+
+def read_config_data(run_dir: Path) -> dict[str, Any]:
+    """A run directory's ``config.yaml`` as plain data, the one way a stored config is read. A run folder is
+    data, never code: ``yaml.safe_load`` builds no objects, and nothing here resolves an interpolation
+    (``${oc.env:KEY}`` stays that text) or instantiates a ``_target_``. A file that is not a YAML mapping is a
+    ``ConfigError`` naming it."""
+    import yaml
+
+    from allmem.errors import ConfigError
+
+    path = Path(run_dir) / CONFIG
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise ConfigError(
+            f"{where}: not a plain YAML config ({getattr(exc, 'problem', None) or exc})"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: not a YAML mapping")
+    return data
+
+
+def _literal(obj: Any) -> Any:
+    """Escape interpolations (``${...}`` → ``\\${...}``) so OmegaConf shows them as text, never resolves them."""
+    if isinstance(obj, dict):
+        return {k: _literal(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_literal(v) for v in obj]
+    return obj.replace("${", "\\${") if isinstance(obj, str) else obj
+
+
+def read_config(run_dir: Path) -> DictConfig:
+    """``read_config_data`` as a ``DictConfig`` (dotted access, ``OmegaConf.select``) whose interpolations are
+    literal text: resolving it (``to_container(resolve=True)``) yields the stored strings, never an
+    environment variable or a resolver's output."""
+    cfg = OmegaConf.create(_literal(read_config_data(run_dir)))
+    assert isinstance(cfg, DictConfig)
+    return cfg
+
+
+def is_complete(run_dir: Path) -> bool:
+    return (run_dir / DONE).exists()
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write text (UTF-8) or bytes via a temporary file and rename, so a reader never sees half a file. The file
+    gets the mode the umask gives any new file (``mkstemp`` would make it 0600, unreadable to a teammate sharing
+    the results)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data if isinstance(data, bytes) else data.encode("utf-8"))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        _named(exc, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_via(path: Path, write: Callable[[Path], None]) -> Path:
+    """``write`` a file (a figure, a Parquet table) to a temporary name beside ``path``, then rename: a reader
+    never sees half a file, and a failed write leaves the old one. The temporary name keeps the suffix, so a
+    writer that picks the format by it (``savefig``) picks the right one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.{secrets.token_hex(4)}.tmp{path.suffix}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+# Temporary folders follow the umask (``tempfile.mkdtemp`` would make them 0700, and the rename keeps that mode, so
+# a teammate sharing a cache could not read it) and carry their writer's host and pid in the name, so one left by a
+# killed process is recognised and removed by the next write beside it (``remove_stale``).
+STALE_AFTER_S = 6 * 3600  # a temporary folder this old is an orphan whoever made it (a save takes seconds)
+_TEMP_NAME = re.compile(r"^\..+\.(?P<host>[A-Za-z0-9-]*)\.(?P<pid>\d+)\.[0-9a-f]{8}\.(?:tmp|old)$")
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname().split(".")[0])
+
+
+def temp_dir(parent: Path, name: str, kind: str = "tmp") -> Path:
+    """A new hidden folder beside ``parent / name``, mode from the umask, named after this host and process."""
+    path = parent / f".{name}.{_host()}.{os.getpid()}.{secrets.token_hex(4)}.{kind}"
+    os.mkdir(path, 0o777)
+    return path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def remove_stale(parent: Path, now: float | None = None) -> list[Path]:
+    """Remove the temporary folders under ``parent`` that no live writer owns; returns them.
+
+    Only hidden folders named like ``temp_dir``'s (or older ``*.tmp`` ones) are considered, never a symlink: one
+    is removed when its writer was on this host and is dead, or when it is older than ``STALE_AFTER_S`` (a writer
+    on another host sharing the folder cannot be asked, and a reused pid only delays removal).
+    """
+    now = time.time() if now is None else now
+    removed: list[Path] = []
+    try:
+        entries = list(parent.iterdir())
+    except OSError:
+        return removed
+    host = _host()
+    for entry in entries:
+        if not (entry.name.startswith(".") and entry.name.endswith((".tmp", ".old"))):
+            continue
+        try:
+            st = entry.lstat()
+        except OSError:
+            continue
+        if not entry.is_dir() or entry.is_symlink():
+            continue
+        m = _TEMP_NAME.match(entry.name)
+        dead = (
+            m is not None and m["host"] == host and int(m["pid"]) != os.getpid() and not _alive(int(m["pid"]))
+        )
+        if dead or now - st.st_mtime > STALE_AFTER_S:
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
+
+
+def write_folder(path: Path, fill: Callable[[Path], None]) -> Path:
+    """Write a folder atomically: ``fill`` writes into a new temporary sibling, which then replaces ``path`` by
+    rename (an old folder is moved aside first, then removed), so a reader sees the old folder or the new one,
+    never half of one. Orphans of dead writers beside it are removed first."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale(path.parent)
+    tmp = temp_dir(path.parent, path.name)
+    try:
+        fill(tmp)
+        old = None
+        if path.exists():
+            old = path.parent / f".{path.name}.{_host()}.{os.getpid()}.{secrets.token_hex(4)}.old"
+            os.replace(path, old)
+        os.replace(tmp, path)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
+
+
+def write_json(path: Path, obj: Any) -> None:
+    write_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def iter_jsonl(path: Path, whole: bool = False) -> Iterator[tuple[int, Any]]:
+    """``(line number, value)`` for each line of a JSONL file; blank lines are skipped. A last line with no
+    newline that does not parse is a torn tail (a process killed mid-write) and is left out; any other bad line
+    is a ``RecordError`` naming the file and the line. ``whole``: the file was written at once (inside an atomic
+    folder), so a torn tail is damage too. The one JSONL reader: run files, ledgers, events, cache entries."""
+    with Path(path).open(encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                yield n, json.loads(line)
+            except json.JSONDecodeError as exc:
+                if not whole and not line.endswith("\n"):
+                    return  # torn tail from an interrupted write
+                raise RecordError(f"{path}:{n}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+
+
+def read_jsonl(path: Path, whole: bool = False) -> list[Any]:
+    """Every value of a JSONL file (``iter_jsonl``); an empty list when the file does not exist."""
+    return [value for _, value in iter_jsonl(path, whole)] if Path(path).exists() else []
+
+
+def repair_jsonl(path: Path) -> int:
+    """Cut a torn last line (no trailing newline) left by a killed process, so appends stay line-aligned.
+    Returns the number of bytes cut."""
+    if not path.exists():
+        return 0
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        keep = data.rfind(b"\n") + 1
+        with path.open("r+b") as fh:
+            fh.truncate(keep)
+        return len(data) - keep
+    return 0
+
+
+def drop_lines(path: Path, drop: Callable[[dict[str, Any]], bool]) -> int:
+    """Rewrite a JSONL file without the lines ``drop`` selects (atomically); returns how many were dropped."""
+    if not path.exists():
+        return 0
+    kept, dropped = [], 0
+    for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
+        if line.strip() and drop(json.loads(line)):
+            dropped += 1
+        else:
+            kept.append(line)
+    if dropped:
+        write_atomic(path, "".join(kept))
+    return dropped
+
+
+def dump_line(obj: Any) -> str:
+    """One JSONL line: keys sorted (files diff and compare stably), non-ASCII escaped (any string can be
+    written, even a lone surrogate from a decoded reply)."""
+    return json.dumps(obj, sort_keys=True, default=str) + "\n"
+
+
+def _named(exc: OSError, path: Path) -> NoReturn:
+    """Raise ``exc`` naming ``path``: a full disk names no file by itself; the one-line error must say which."""
+    if exc.filename is not None:
+        raise exc
+    raise OSError(exc.errno, exc.strerror, str(path)) from exc
+
+
+def append_jsonl(path: Path, obj: Any) -> None:
+    """Append one line (folder made on the first write), flushed and synced: what is on disk survives a kill.
+    For a file written now and then (the ledger, ATC events); ``JsonlWriter`` keeps the file open."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with path.open("a", encoding="utf-8") as fh:
+            fh.write(dump_line(obj))
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        _named(exc, path)
+
+
+class JsonlWriter:
+    """Append-only JSONL with a flush and fsync per line: what is on disk survives a kill."""
+
+    def __init__(self, path: Path) -> None:
+        repair_jsonl(path)
+        self.path = path
+        self._fh = path.open("a", encoding="utf-8")
+
+    def write(self, obj: dict[str, Any]) -> None:
+        try:
+            self._fh.write(dump_line(obj))
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+        except OSError as exc:
+            _named(exc, self.path)
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> JsonlWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def completed_ids(run_dir: Path) -> set[str]:
+    """Questions answered for good: a failed line (``error`` set) does not count, so it is asked again."""
+    return {r["question_id"] for r in read_jsonl(run_dir / PREDICTIONS) if r.get("error") is None}
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

@@ -1,0 +1,75 @@
+"""The run directory has one owner: its file names, the JSONL reader and appender, and the record version."""
+
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+
+import pytest
+
+from allmem.llm.ledger import Ledger
+from allmem.memory.atc.events import EventLog, read_events
+from allmem.run import attempts, files
+from allmem.types import RECORD_VERSION, CallRecord, RecordError
+
+REPO = Path(__file__).resolve().parents[1]
+OWNER = REPO / "allmem" / "run" / "files.py"
+NAMES = ("CONFIG", "PREDICTIONS", "CALLS", "SYSTEM_STATS", "METRICS", "MANIFEST", "EVENTS", "LOCK", "DONE")
+
+
+def test_run_file_names_come_from_one_module() -> None:
+    """No library module spells a run file's name: each imports it from the owner (a string literal equal to
+    the name, or ending in ``/<name>``, anywhere else is a second home that can drift)."""
+    names = {getattr(files, n) for n in NAMES}
+    found = []
+    for folder in ("allmem", "baselines", "benchmarks", "scripts"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            if path == OWNER:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    if any(node.value == n or node.value.endswith("/" + n) for n in names):
+                        found.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.value!r}")
+    assert found == []
+
+
+def test_jsonl_reader_cuts_a_torn_tail_and_names_a_bad_line(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    path.write_text(
+        '{"a": 1}\n\n{"a": 2}\n{"a": 3}', encoding="utf-8"
+    )  # the last line is whole, only unended
+    assert files.read_jsonl(path) == [{"a": 1}, {"a": 2}, {"a": 3}]
+    path.write_text('{"a": 1}\n{"a": 2}\n{"a": ', encoding="utf-8")  # killed mid-write
+    assert files.read_jsonl(path) == [{"a": 1}, {"a": 2}]
+    path.write_text('{"a": 1}\n{"a": \n{"a": 3}\n', encoding="utf-8")
+    with pytest.raises(RecordError, match=rf"^{path}:2: not valid JSON"):
+        files.read_jsonl(path)
+    assert files.read_jsonl(tmp_path / "absent.jsonl") == []
+
+
+def test_atc_events_tolerate_a_torn_tail(tmp_path: Path) -> None:
+    """Before, ``read_events`` failed on the torn line a killed consolidation leaves; the run reader skipped it."""
+    log = EventLog(tmp_path)
+    log.write({"kind": "run", "n": 1})
+    with (tmp_path / files.EVENTS).open("a", encoding="utf-8") as fh:
+        fh.write('{"kind": "ta')
+    assert read_events(tmp_path) == [{"kind": "run", "n": 1}]
+
+
+def test_every_appender_syncs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ledger and the ATC events are appended through the one appender, flushed and synced per line (before,
+    neither synced, so a power cut could lose lines the run had counted)."""
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    EventLog(tmp_path / "run").write({"kind": "run"})
+    Ledger(tmp_path / "run" / files.CALLS).record(
+        CallRecord("generate", "offline", "m", 1, 1, 0.0, False, "h")
+    )
+    assert len(synced) == 2
+    assert files.read_jsonl(tmp_path / "run" / files.CALLS)[0]["phase"] == "generate"
+
+
+def test_the_manifest_records_the_record_version(tmp_path: Path) -> None:
+    assert attempts.provenance([], {"name": "offline"})["records"] == RECORD_VERSION
