@@ -8,8 +8,8 @@ import pytest
 from faultkit import allmem_run, run_dirs
 from hydra import compose, initialize_config_dir
 
-from allmem import preflight
 from allmem.errors import ConfigError
+from allmem.run import preflight
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 TINY = Path(__file__).resolve().parent / "fixtures" / "locomo_tiny.json"
