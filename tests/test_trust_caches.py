@@ -72,7 +72,7 @@ def test_damaged_bank_cache_entry_is_set_aside_and_ingested_again(built: Path, t
     res = _allmem(tmp_path, banks, "method.retrieval.K=4")  # another run over the same banks
     assert res.rc == 0, res.err[-3000:]
     assert "Traceback" not in res.err
-    warned = [line for line in res.err.splitlines() if "bank cache:" in line and "WARNING" in line]
+    warned = [line for line in res.err.splitlines() if "bank cache " in line and "WARNING" in line]
     assert len(warned) == 1 and str(target) in warned[0] and "ingesting this dialogue again" in warned[0], (
         res.err
     )

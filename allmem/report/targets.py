@@ -26,7 +26,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from allmem import rundir
+from allmem import cache_store, rundir
 from allmem.paths import cache_dir
 from allmem.report.runs import Run, by_hash, find_runs
 
@@ -155,11 +155,9 @@ class Point:
 def _fingerprint() -> str:
     """What a composed config's hash depends on besides the overrides: every config file, the identity rules
     (``allmem/rundir.py``) and the cache folder the configs interpolate."""
-    from allmem.fingerprint import source_fingerprint
-
-    h = hashlib.sha256(os.environ.get("ALLMEM_CACHE", "").encode())
-    h.update(source_fingerprint(("configs", "allmem/rundir.py")).encode())
-    return h.hexdigest()[:16]
+    return cache_store.code_key(
+        ("configs", "allmem/rundir.py"), os.environ.get("ALLMEM_CACHE", ""), length=16
+    )
 
 
 @lru_cache(maxsize=16)
@@ -238,12 +236,10 @@ class _HashCache:
         ``sweep_points`` keeps, or another process may have saved entries since this one was read)."""
         if not self.dirty:
             return
-        merged = self._read(quiet=True)  # warned when read at the start
-        merged.update(self.data)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(merged))
-        tmp.replace(self.path)
+        with cache_store.locked(self.path):  # two reports saving at once keep both sets of entries
+            merged = self._read(quiet=True)  # warned when read at the start
+            merged.update(self.data)
+            rundir.write_atomic(self.path, json.dumps(merged))
 
 
 def points(
