@@ -174,8 +174,11 @@ def _data_digest(dataset: str, path: str | None) -> str:
     return _digest(dataset, path, (st.st_size, st.st_mtime_ns))
 
 
-def _entry_ok(entry: object) -> bool:
-    """An entry ``_HashCache.config_hash`` writes: dataset name, path or None, and digest -> hash strings."""
+def _entry_ok(key: str, entry: object) -> bool:
+    """An entry ``_HashCache.config_hash`` writes: dataset name, path or None, and digest -> hash strings; or,
+    under a ``sweep:`` key, the sweeper params ``sweep_points`` writes (name -> value)."""
+    if key.startswith("sweep:"):
+        return isinstance(entry, dict) and all(isinstance(v, str | int | float) for v in entry.values())
     return (
         isinstance(entry, dict)
         and isinstance(entry.get("dataset"), str)
@@ -207,7 +210,7 @@ class _HashCache:
             if not quiet:
                 log.warning("%s: unreadable cache (%s); composing again", self.path, exc)
             return {}
-        good = {k: e for k, e in data.items() if _entry_ok(e)} if isinstance(data, dict) else {}
+        good = {k: e for k, e in data.items() if _entry_ok(k, e)} if isinstance(data, dict) else {}
         if not quiet and (not isinstance(data, dict) or len(good) != len(data)):
             log.warning("%s: malformed entries left out; composing them again", self.path)
         return good
