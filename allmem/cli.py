@@ -24,8 +24,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
-
 USAGE = __doc__ or ""
 
 
@@ -41,11 +39,11 @@ def _run(argv: list[str]) -> int:
     import hydra
     from omegaconf import DictConfig
 
-    import allmem.paths  # noqa: F401 - registers the ${allmem.repo:...} resolver the configs use
+    from allmem.paths import config_dir  # also registers the resolvers the configs use
     from allmem.run.runner import run
 
-    if not CONFIG_DIR.is_dir():
-        print(f"allmem: config folder not found: {CONFIG_DIR}", file=sys.stderr)
+    if not config_dir().is_dir():
+        print(f"allmem: config folder not found: {config_dir()}", file=sys.stderr)
         return 2
 
     from allmem.errors import Interrupted, expected_errors, is_environment_error, one_line
@@ -87,7 +85,7 @@ def _run(argv: list[str]) -> int:
     os.close(fd)
     os.environ[_POINTS_ENV] = ledger  # the launcher's worker processes (joblib) inherit it
     try:
-        hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")(main)()
+        hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")(main)()
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the runner recorded the attempt as interrupted
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise

@@ -13,15 +13,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import fields
 from functools import cache
-from pathlib import Path
 from typing import Any, TypeVar
 
 from omegaconf import OmegaConf
 
 from allmem.errors import ConfigError
+from allmem.paths import config_dir
 from allmem.run.files import plain  # the one config-to-dict conversion; re-exported for callers here
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+CONFIG_DIR = config_dir()  # the checkout's configs/, or the copy a non-editable install ships
 T = TypeVar("T")
 
 

@@ -14,16 +14,15 @@ started. A busy or locked database is not damage: that error is raised as it is.
 from __future__ import annotations
 
 import logging
-import os
-import secrets
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
+
+from allmem import cache_store
 
 log = logging.getLogger(__name__)
 
@@ -98,20 +97,8 @@ class VectorStore:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
-        aside = self.path.with_name(
-            f"{self.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}"
-        )
-        for suffix in ("", "-wal", "-shm"):  # WAL mode's side files belong to the damaged database
-            try:
-                os.replace(f"{self.path}{suffix}", f"{aside}{suffix}")
-            except FileNotFoundError:
-                pass
-        log.warning(
-            "embedding cache %s: %s; moved it aside to %s and started a new one (vectors are computed again)",
-            self.path,
-            exc,
-            aside,
-        )
+        cache_store.set_aside(self.path, exc, cache="embedding cache", companions=("-wal", "-shm"),
+                              then="started a new one (vectors are computed again)")  # fmt: skip
 
     def get_many(self, model: str, keys: Sequence[str]) -> dict[str, np.ndarray]:
         """The stored vectors of ``keys`` that pass ``valid_vector``; the others count as misses (and are

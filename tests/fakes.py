@@ -10,7 +10,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from allmem.embed import HashEmbedder
 from allmem.llm.roles import RoleFailure
+from allmem.memory.bank import MemoryBank
 from allmem.memory.descriptor import Descriptor
 from allmem.types import SessionInfo, Turn
 
@@ -53,3 +55,36 @@ def stream_sessions(system: Any, sessions: Sequence[Sequence[str]], dialogue_id:
             system.ingest(turn)
         system.end_session(info)
     system.end_stream()
+
+
+# ATC cases: make_bank() holds one unit per text, linked in order (tests/test_atc_executor.py, test_atc_openai.py).
+ATC_TEXTS = [
+    "I went hiking at Zion on Saturday. My sister works as a nurse.",  # u000000: conflated
+    "I drive a Honda Civic.",  # u000001
+    "As I said, I drive a Honda Civic.",  # u000002: restates u000001
+    "I live in Boston.",  # u000003
+    "I moved to Denver, I no longer live in Boston.",  # u000004: supersedes u000003
+]
+
+
+def make_bank() -> MemoryBank:
+    """A bank of ``ATC_TEXTS`` (64-dim hash vectors), one minute apart from 13:00, temporally and semantically linked."""
+    t0 = T0.replace(minute=0)
+    emb = HashEmbedder(dim=64)
+    bank = MemoryBank(dim=emb.dim, d_sigma=3)
+    prev = None
+    for i, t in enumerate(ATC_TEXTS):
+        rec = {
+            "speaker": "Ann",
+            "text": t,
+            "date": (t0 + timedelta(minutes=i)).isoformat(),
+            "source_ids": [f"D1:{i + 1}"],
+        }
+        uid = bank.create_unit(
+            [rec], f"Ann: {t}", ["Ann"], emb.encode([t])[0], t0 + timedelta(minutes=i), order=i
+        )
+        if prev is not None:
+            bank.add_link("temporal", prev, uid)
+            bank.link_semantic(prev, uid)
+        prev = uid
+    return bank

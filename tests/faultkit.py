@@ -1,42 +1,20 @@
-"""Support for the fault tests: a model-free embedder the CLI can build, and a way to run the real CLI quickly.
+"""Support for the fault tests: a way to run the real CLI quickly.
 
-``HashEmbedder`` is importable by an ``allmem run`` subprocess (``embedder._target_=faultkit.HashEmbedder``
-with this folder on ``PYTHONPATH``): where the embedding model is not the point, a run then takes seconds.
+Where the embedding model is not the point, a run uses allmem's model-free ``HashEmbedder`` (``embedder=hash``,
+the one the debug config uses) and takes seconds.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 FIXTURES = TESTS / "fixtures"
-
-
-class HashEmbedder:
-    """Hashed bag of words, L2-normalised (the interface the readers and memory systems use)."""
-
-    def __init__(self, dim: int = 64, **_: object) -> None:
-        self.dim = dim
-
-    def encode(self, texts: list[str]) -> np.ndarray:
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for i, text in enumerate(texts):
-            for word in re.findall(r"[a-z0-9]+", text.lower()):
-                out[i, hashlib.sha1(word.encode()).digest()[0] % self.dim] += 1.0
-            out[i] /= np.linalg.norm(out[i]) or 1.0
-        return out
-
-    def encode_one(self, text: str) -> np.ndarray:
-        return self.encode([text])[0]
 
 
 @dataclass
@@ -61,14 +39,13 @@ def common(tmp: Path, hashed: bool = True, cache: Path | None = None) -> list[st
         f"hydra.sweep.dir={tmp / 'hydra-m'}", "run.progress=false",
     ]  # fmt: skip
     if hashed:
-        out.append("embedder._target_=faultkit.HashEmbedder")
+        out.append("embedder=hash")
     return out
 
 
 def env(**extra: str) -> dict[str, str]:
     base = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "HYDRA_FULL_ERROR")}
-    path = os.pathsep.join(p for p in (str(TESTS), base.get("PYTHONPATH", "")) if p)
-    return base | {"PYTHONPATH": path, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"} | extra
+    return base | {"HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"} | extra
 
 
 def allmem_run(

@@ -6,7 +6,6 @@ exactly as the operator says when the plan is valid, and not at all when the tar
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -18,36 +17,8 @@ from allmem.llm import build_llm
 from allmem.memory.atc.config import ATCConfig
 from allmem.memory.atc.consolidator import build_consolidator
 from allmem.memory.bank import MemoryBank
-
-T0 = datetime(2023, 5, 8, 13, 0)
-TEXTS = [
-    "I went hiking at Zion on Saturday. My sister works as a nurse.",  # u000000: conflated
-    "I drive a Honda Civic.",  # u000001
-    "As I said, I drive a Honda Civic.",  # u000002: restates u000001
-    "I live in Boston.",  # u000003
-    "I moved to Denver, I no longer live in Boston.",  # u000004: supersedes u000003
-]
-
-
-def make_bank() -> MemoryBank:
-    emb = HashEmbedder(dim=64)
-    bank = MemoryBank(dim=emb.dim, d_sigma=3)
-    prev = None
-    for i, t in enumerate(TEXTS):
-        rec = {
-            "speaker": "Ann",
-            "text": t,
-            "date": (T0 + timedelta(minutes=i)).isoformat(),
-            "source_ids": [f"D1:{i + 1}"],
-        }
-        uid = bank.create_unit(
-            [rec], f"Ann: {t}", ["Ann"], emb.encode([t])[0], T0 + timedelta(minutes=i), order=i
-        )
-        if prev is not None:
-            bank.add_link("temporal", prev, uid)
-            bank.link_semantic(prev, uid)
-        prev = uid
-    return bank
+from tests.fakes import ATC_TEXTS as TEXTS
+from tests.fakes import make_bank
 
 
 def snapshot(bank: MemoryBank) -> tuple[Any, ...]:

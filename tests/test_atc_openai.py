@@ -13,8 +13,8 @@ from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
 from allmem.memory.atc.config import ATCConfig
 from allmem.memory.atc.consolidator import build_consolidator
+from tests.fakes import make_bank
 from tests.llm_stub import StubLLM
-from tests.test_atc_executor import make_bank
 
 KEY = "sk-test-atc"
 

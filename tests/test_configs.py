@@ -1,12 +1,16 @@
-"""Every option of every config group composes and builds into the object the runner uses.
+"""Every option of every config group composes and builds into the object the runner uses; every method,
+experiment file and dataset also runs end to end on the debug config (``+debug=default``).
 
 Options are found by walking ``configs/``, so an option or a group added later is covered without editing this
 file. Override files (``experiment``, ``debug``: ``@package _global_``) are composed here and checked to set what
-they say; ``tests/test_debug_runs.py`` runs each of them end to end.
+they say. The debug config is the dataset's tiny fixture and the model-free hash embedder, so the runs are real
+runs through ``allmem.run.runner.run`` (ingest, retrieve, pack, answer, score, seal the run directory) that take
+seconds. This is the one suite that runs every config.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,14 +22,17 @@ from omegaconf import DictConfig, OmegaConf
 
 from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
-from allmem.run.runner import build
-from allmem.systems import MemorySystem, Resources
+from allmem.run import files
+from allmem.run.runner import build, run
 from benchmarks import load_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
 FIXTURES = REPO / "tests" / "fixtures"
 OVERRIDE_GROUPS = ("experiment", "debug")  # `+group=option` files that change the global config
+# Groups whose every option runs end to end on the debug config, with these extra overrides. A run builds the
+# method, so the method group has no builder below. Budget 300: every method's ranking is cut somewhere.
+RUNS = {"method": ["budget.tokens=300"], "experiment": [], "dataset": ["method=allmem"]}
 OPTIONS = sorted(
     ("/".join(p.relative_to(CONFIGS).parts[:-1]), p.stem)
     for p in CONFIGS.rglob("*.yaml")
@@ -69,29 +76,28 @@ def _generator(node: DictConfig, tmp: Path) -> None:
     assert callable(build(node, embedder=HashEmbedder(), llm=_offline_llm(tmp)).answer)
 
 
-def _method(node: DictConfig, tmp: Path) -> None:
-    resources = Resources(embedder=HashEmbedder(), llm=_offline_llm(tmp), run_dir=tmp)
-    system = build(node, resources=resources)
-    assert isinstance(system, MemorySystem) and node.name
-
-
 def _paths(node: DictConfig, tmp: Path) -> None:
     assert node.results and node.cache_dir
 
 
 BUILDERS: dict[str, Callable[[DictConfig, Path], None]] = {
     "dataset": _dataset, "embedder": _embedder, "budget": _budget, "protocol": _protocol, "llm": _llm,
-    "generator": _generator, "method": _method, "paths": _paths,
+    "generator": _generator, "paths": _paths,
 }  # fmt: skip
 
 
 def test_every_group_has_options():
     groups = {g for g, _ in OPTIONS}
-    assert set(BUILDERS) | set(OVERRIDE_GROUPS) <= groups, "a known group lost its folder or its options"
+    assert set(BUILDERS) | set(OVERRIDE_GROUPS) | set(RUNS) <= groups, (
+        "a known group lost its folder or options"
+    )
 
 
 @pytest.mark.parametrize(("group", "option"), OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
-def test_option_composes_and_builds(group: str, option: str, tmp_path: Path) -> None:
+def test_option_composes_builds_and_runs(group: str, option: str, tmp_path: Path) -> None:
+    if group in RUNS:
+        override = f"+{group}={option}" if group in OVERRIDE_GROUPS else f"{group}={option}"
+        _runs_end_to_end([override, *RUNS[group]], tmp_path)
     if group in OVERRIDE_GROUPS:
         cfg = _compose([f"+{group}={option}"])
         _sets_what_it_says(CONFIGS / group / f"{option}.yaml", cfg)
@@ -105,9 +111,35 @@ def test_option_composes_and_builds(group: str, option: str, tmp_path: Path) -> 
     builder = BUILDERS.get(group)
     if builder is not None:
         builder(node, tmp_path)
-    else:  # a group added later: at least its target must build from the config alone
+    elif group not in RUNS:  # a group added later: at least its target must build from the config alone
         assert "_target_" in node, f"configs/{group}/{option}.yaml: no _target_ and no builder in this test"
         assert instantiate(node) is not None
+
+
+def _runs_end_to_end(overrides: list[str], tmp: Path) -> None:
+    """A sealed run of the debug config: one prediction per question asked, each within the budget, citing its
+    own dialogue's turns once each; offline metrics in range; one stats line per dialogue."""
+    cfg = _compose([*overrides, "+debug=default", f"run.root={tmp}", f"paths.cache_dir={tmp / 'cache'}"])
+    assert cfg.embedder._target_ == "allmem.embed.HashEmbedder"  # the debug config really is model-free
+    assert Path(cfg.dataset.path) == FIXTURES / f"{cfg.dataset.name}_tiny.json"  # found from any folder
+    run_dir = run(cfg)
+    assert (run_dir / files.DONE).exists() and run_dir.is_relative_to(tmp)
+    records = files.read_jsonl(run_dir / files.PREDICTIONS)
+    dialogues = load_dataset(cfg.dataset)  # the same questions, limits applied, whatever the dataset
+    assert [r["question_id"] for r in records] == [q.id for d in dialogues for q in d.questions] and records
+    sources = {d.id: {t.source_id or t.id for t in d.turns()} for d in dialogues}
+    for r in records:
+        ranked = r["ranked_source_ids"]
+        assert set(ranked) <= sources[r["dialogue_id"]] and len(set(ranked)) == len(ranked), r["question_id"]
+        assert 0 < r["context_tokens"] <= cfg.budget.tokens and r["context_units"] >= 1, r["question_id"]
+        assert isinstance(r["prediction"], str) and r["prediction"], r["question_id"]
+    assert any(r["ranked_source_ids"] for r in records)  # full_history ranks too (most recent first)
+    metrics = json.loads((run_dir / files.METRICS).read_text())
+    assert metrics["backend"]["offline"] is True and metrics["overall"]["judge"] is None
+    scores = metrics["overall"]["scores"]
+    assert scores and all(0 <= v <= 100 for v in scores.values() if v is not None), scores
+    stats = files.read_jsonl(run_dir / files.SYSTEM_STATS)
+    assert [s["dialogue_id"] for s in stats] == [d.id for d in dialogues]
 
 
 def _leaves(node: Any, prefix: str = "") -> dict[str, Any]:

@@ -116,3 +116,15 @@ def test_the_checker_catches_a_stale_reference(tmp_path: Path) -> None:
     paths, names = _references(doc)
     assert [p for p in paths if not _exists(p, doc)] == ["allmem/memory/atc/report.py", "nowhere.md"]
     assert [n for n in names if not _resolves(n)] == ["allmem.memory.atc.report"]
+
+
+def test_test_modules_never_import_each_other() -> None:
+    """docs/DESIGN.md, "Conventions": shared helpers live in helper modules (``tests/fakes.py`` ...), so a test
+    module can be run, moved or deleted on its own."""
+    imports = re.compile(r"^\s*(?:from|import)\s+(?:tests\.)?(test_\w+)", re.MULTILINE)
+    offenders = {
+        path.name: found
+        for path in sorted((REPO / "tests").glob("test_*.py"))
+        if (found := imports.findall(path.read_text(encoding="utf-8")))
+    }
+    assert not offenders, offenders

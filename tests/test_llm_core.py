@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 from pathlib import Path
 
@@ -191,9 +190,8 @@ def test_offline_cache_hit_is_flagged_and_counted(tmp_path: Path) -> None:
     assert [c["cached"] for c in lines] == [False, True]
     assert lines[0]["prompt_hash"] == lines[1]["prompt_hash"]
     assert llm.cache.stats() == {"write": {"hits": 1, "misses": 1}}
-    assert (tmp_path / "cache" / "c.sqlite").exists()
-    mode = sqlite3.connect(tmp_path / "cache" / "c.sqlite").execute("PRAGMA journal_mode").fetchone()[0]
-    assert mode == "wal"
+    other = offline_llm(tmp_path, cache={"enabled": True, "path": "c.sqlite"})  # another process's client
+    assert describe(other, EVIDENCE) == first and other.cache.stats() == {"write": {"hits": 1, "misses": 0}}
 
 
 def test_cache_is_shared_by_threads(tmp_path: Path) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-import types
 from pathlib import Path
 from typing import Any
 
@@ -76,9 +74,8 @@ class _RecordingATC:
 
 
 def test_atc_hooks_fire_in_stream_order(tmp_path, monkeypatch) -> None:
-    fake = types.ModuleType("allmem.memory.atc")
-    fake.build_consolidator = _RecordingATC  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "allmem.memory.atc", fake)
+    # build_consolidator is the contract between the system and its consolidator (allmem/memory/system.py)
+    monkeypatch.setattr("allmem.memory.atc.build_consolidator", _RecordingATC)
     system = AllMem.from_config(_resources(tmp_path), **_method_cfg(enabled=True, theta=0.9))
     stream_sessions(system, SESSIONS)
     atc = system.consolidator

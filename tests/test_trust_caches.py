@@ -70,7 +70,7 @@ def test_damaged_bank_cache_entry_is_set_aside_and_ingested_again(built: Path, t
     res = _allmem(tmp_path, banks, "method.retrieval.K=4")  # another run over the same banks
     assert res.rc == 0, res.err[-3000:]
     assert "Traceback" not in res.err
-    warned = [line for line in res.err.splitlines() if "bank cache:" in line and "WARNING" in line]
+    warned = [line for line in res.err.splitlines() if "bank cache " in line and "WARNING" in line]
     assert len(warned) == 1 and str(target) in warned[0] and "ingesting this dialogue again" in warned[0], (
         res.err
     )
@@ -287,11 +287,13 @@ def test_damaged_point_hash_cache_is_composed_again(tmp_path, monkeypatch, damag
 
     from allmem.paths import cache_dir
     from allmem.report.paper import summarise
+    from allmem.report.targets import sweep_points
     from tests.report_fixture import write_run
 
     monkeypatch.setenv("ALLMEM_CACHE", str(tmp_path / "cache"))
     root = tmp_path / "runs"
     write_run(root, ["+experiment=table1", "dataset=locomo", "method=bm25"], lambda i: i < 2)
+    sweep_points.cache_clear()  # each report is a new process: nothing held in memory between them
     summarise(["table1"], root, tmp_path / "first")
     path = cache_dir() / "report" / "point_hashes.json"
     data = json.loads(path.read_text())
@@ -301,6 +303,7 @@ def test_damaged_point_hash_cache_is_composed_again(tmp_path, monkeypatch, damag
         path.write_text(
             json.dumps({k: {kk: vv for kk, vv in e.items() if kk != "path"} for k, e in data.items()})
         )
+    sweep_points.cache_clear()
     summarise(["table1"], root, tmp_path / "second")
     first, second = (pd.read_csv(tmp_path / d / "tables" / "table1.csv") for d in ("first", "second"))
     pd.testing.assert_frame_equal(first, second)

@@ -66,7 +66,7 @@ def test_a_target_beside_a_valid_name_is_ignored(bm25_run: Path, tmp_path: Path)
     _copy(bm25_run, tmp_path / "runs", lambda c: c.update(protocol=node))
     res = _report(str(tmp_path / "runs"))
     assert res.returncode == 0, res.stderr
-    assert "| bm25,embedder._target_=faultkit.HashEmbedder | 60.85 |" in res.stdout
+    assert "| bm25,embedder=hash | 60.85 |" in res.stdout
 
 
 def test_a_stored_interpolation_is_never_resolved(
@@ -247,9 +247,9 @@ def test_the_provenance_names_the_embedder_the_run_used(bm25_run: Path) -> None:
     from allmem.report.runs import load_run
 
     run = load_run(bm25_run)
-    assert run.backend["embedder"] == "faultkit.HashEmbedder"  # tests/faultkit.py's embedder has no name
+    assert run.backend["embedder"] == "hash"  # embedder=hash (tests/faultkit.py)
     assert backend_text([run]) == (
-        "offline backend (extractive reader, faultkit.HashEmbedder embeddings, rule-based LLM roles; no LLM judge)"
+        "offline backend (extractive reader, hash embeddings, rule-based LLM roles; no LLM judge)"
     )
 
 

@@ -7,8 +7,8 @@ a folder, All-Mem stores each dialogue's final bank there, keyed by everything t
 later run with the same key loads it instead of writing the stream again.
 
 What the key covers: the ingestion settings (``links``, ``write``, ``atc``, ``recover_mode``), the LLM backend,
-model and temperature, the embedding model's identity, and a fingerprint of allmem's own source files (any
-code change makes a new key). What it does not cover is the dialogue's content: instead, every turn and session
+model and temperature, the embedding model's identity, and the source fingerprint of ``allmem/`` (any code change
+makes a new key: ``allmem.cache_store.code_key``, the one rule of the caches). What it does not cover is the dialogue's content: instead, every turn and session
 boundary the runner streams is compared with the stream the cached bank was built from, and the first
 difference makes the run ingest normally (replaying what it had held back). So a cached bank is used only for
 the identical stream under the identical ingestion settings and code.
@@ -19,41 +19,28 @@ that run's ingestion wall time; its own write timings would be meaningless (noth
 A damaged entry (a truncated file from a full disk or a killed copy, a garbled line) is found before the stream is
 matched, since the whole entry is read then: a warning names the file, the entry is moved aside to
 ``<dialogue>.corrupt-<time>`` (kept for a look, never read again) and the dialogue is ingested again. The cache is
-only an accelerator, so damage costs time, never a run. Temporary folders left by killed writers are removed by
-the next store beside them (``allmem.run.files.remove_stale``).
+only an accelerator, so damage costs time, never a run. Entries are written and set aside by
+``allmem.cache_store``, which also removes temporary folders left by killed writers.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import logging
-import os
 import re
-import secrets
-import shutil
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from allmem import cache_store
 from allmem.memory.persist import load_bank
 from allmem.memory.units import BankError
-from allmem.run.files import EVENTS, dump_line, read_jsonl, remove_stale, temp_dir
-
-log = logging.getLogger(__name__)
+from allmem.run.files import EVENTS, dump_line, read_jsonl
 
 FORMAT = 1
 ENTRY = "entry.json"
 BANK = "bank"
-
-
-def code_fingerprint() -> str:
-    """The library's part of the source fingerprint (``allmem.fingerprint``: one home for it)."""
-    from allmem.fingerprint import source_fingerprint
-
-    return source_fingerprint(("allmem",))
 
 
 def _plain(value: Any) -> Any:
@@ -67,17 +54,15 @@ def _plain(value: Any) -> Any:
 
 
 def ingest_key(settings: Mapping[str, Any], llm: Any, embedder: Any) -> str:
-    """The cache key: ingestion settings + LLM identity + embedder identity + code fingerprint."""
+    """The cache key: ingestion settings + LLM identity + embedder identity + the source fingerprint of allmem/."""
     describe = llm.describe() if llm is not None and hasattr(llm, "describe") else {}
     material = {
         "format": FORMAT,
         "settings": _plain(settings),
         "llm": {k: describe.get(k) for k in ("backend", "model", "temperature", "dry_run")},
         "embedder": getattr(embedder, "identity", type(embedder).__name__),
-        "code": code_fingerprint(),
     }
-    blob = json.dumps(material, sort_keys=True, default=str).encode()
-    return hashlib.sha256(blob).hexdigest()[:20]
+    return cache_store.code_key(("allmem",), material, length=20)
 
 
 def event_digest(kind: str, payload: Any) -> str:
@@ -139,19 +124,9 @@ class BankCache:
             if not isinstance(stream, list) or not all(isinstance(d, str) for d in stream):
                 raise BankError(f"{path / ENTRY}: field 'stream' is not a list of digests")
         except (OSError, ValueError) as exc:  # BankError and JSON errors are ValueErrors
-            self._set_aside(path, exc)
+            cache_store.set_aside(path, exc, cache="bank cache", then="ingesting this dialogue again")
             return None
         return Expectation(path, list(stream))
-
-    @staticmethod
-    def _set_aside(path: Path, exc: BaseException) -> None:
-        aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(3)}")
-        try:
-            os.replace(path, aside)
-            where = f"moved the entry aside to {aside}"
-        except OSError as move:  # another process moved it first, or the folder is read-only
-            where = f"could not move the entry aside ({move.strerror})"
-        log.warning("bank cache: %s; %s; ingesting this dialogue again", exc, where)
 
     @staticmethod
     def read(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -178,13 +153,9 @@ class BankCache:
         ingest_s: float,
         calls: Mapping[str, Any] | None = None,
     ) -> Path:
-        """Write an entry atomically (temporary folder, then rename); a concurrent writer of the same key wins.
-        Orphaned temporary folders beside it (their writer dead, or hours old) are removed first."""
-        final = self.folder(dialogue_id)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        remove_stale(final.parent)
-        tmp = temp_dir(final.parent, final.name)  # follows the umask, unlike mkdtemp (0700)
-        try:
+        """Write an entry atomically (``cache_store.write_folder``); a concurrent writer of the same key wins."""
+
+        def fill(tmp: Path) -> None:
             save_bank(tmp / BANK)
             with open(tmp / EVENTS, "w", encoding="utf-8") as fh:
                 fh.writelines(dump_line(ev) for ev in events)
@@ -198,11 +169,5 @@ class BankCache:
                 "calls": dict(calls or {}),
             }
             (tmp / ENTRY).write_text(json.dumps(entry, default=str), encoding="utf-8")
-            if final.exists():
-                shutil.rmtree(final, ignore_errors=True)
-            os.replace(tmp, final)
-        except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)
-            if not (final / ENTRY).exists():
-                raise
-        return final
+
+        return cache_store.write_folder(self.folder(dialogue_id), fill)

@@ -3,23 +3,22 @@
 Scores come from ``allmem.metrics.item_scores`` under the run's own protocol, so their means are exactly the
 numbers of the run's ``metrics.json`` (a test checks it). Scoring 2,000 answers (ROUGE with stemming, BLEU)
 takes seconds, and a paper report reads dozens of runs, so the frame is cached on disk, keyed by the content of
-``predictions.jsonl``, the protocol and the source of ``allmem/metrics``: a changed file or scorer is rescored.
-A cached frame is used only when it reads back whole (Parquet page checksums) with the expected columns, one row
-per answer and scores in [0, 1]; anything else is rescored with a warning naming the file, and replaced.
+``predictions.jsonl``, the protocol and the source fingerprint of ``allmem/metrics`` (``allmem.cache_store``): a
+changed file or scorer is rescored. A cached frame is used only when it reads back whole (Parquet page checksums)
+with the expected columns, one row per answer and scores in [0, 1]; anything else is set aside with a warning
+naming the file, rescored and replaced.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import shutil
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from allmem import cache_store
 from allmem.paths import cache_dir
 from allmem.report.runs import Run
 from allmem.run import files
@@ -27,15 +26,6 @@ from allmem.run import files
 log = logging.getLogger("allmem.report")
 JUDGE = "judge"  # 1 = yes, 0 = no, NaN = invalid or not judged (left out of the 4o-J denominator)
 KEYS = ("dialogue_id", "question_id")
-
-
-@lru_cache(maxsize=1)
-def _metrics_fingerprint() -> str:
-    folder = Path(__file__).resolve().parents[1] / "metrics"
-    h = hashlib.sha256()
-    for path in sorted(folder.glob("*.py")):
-        h.update(path.name.encode() + path.read_bytes())
-    return h.hexdigest()[:12]
 
 
 def _score(run: Run) -> pd.DataFrame:
@@ -72,28 +62,24 @@ def item_frame(run: Run, use_cache: bool = True) -> pd.DataFrame:
     data = path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()[:24]
     proto = run.protocol
-    key = f"{digest}-{proto.name}-{'_'.join(map(str, proto.ks))}-{_metrics_fingerprint()}"
+    key = f"{digest}-{cache_store.code_key(('allmem/metrics',), proto.name, list(proto.ks), length=12)}"
     cached = cache_dir() / "report" / "items" / f"{key}.parquet"
     n_lines = sum(1 for line in data.splitlines() if line.strip())
-    if os.path.lexists(cached):
-        try:
-            frame = pd.read_parquet(cached, page_checksum_verification=True)
-            _check(frame, proto.metric_names(), n_lines)
-            return frame
-        except (OSError, ValueError) as exc:  # torn, garbled or not this run's frame: rescored, never trusted
-            log.warning("%s: unreadable cache (%s); rescoring", cached, exc)
-            if cached.is_dir() and not cached.is_symlink():
-                shutil.rmtree(cached, ignore_errors=True)  # a rename cannot replace a folder
+
+    def load(path: Path) -> pd.DataFrame:  # torn, garbled or not this run's frame: set aside, never trusted
+        frame = pd.read_parquet(path, page_checksum_verification=True)
+        _check(frame, proto.metric_names(), n_lines)
+        return frame
+
+    if (frame := cache_store.read(cached, load, cache="item-score cache", then="rescoring")) is not None:
+        return frame
     frame = _score(run)
     if len(frame) != n_lines:
         # The records scored are not the bytes hashed (the file changed between the reads: a run directory
         # replaced while a report read it): the frame is used once but never cached under that digest.
         log.warning("%s changed while it was read; its scores are not cached", path)
         return frame
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cached.with_suffix(f".tmp{os.getpid()}-{id(frame)}")
-    frame.to_parquet(tmp, index=False, write_page_checksum=True)
-    tmp.replace(cached)
+    cache_store.write_file(cached, lambda tmp: frame.to_parquet(tmp, index=False, write_page_checksum=True))
     return frame
 
 

@@ -21,11 +21,12 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from allmem.paths import cache_dir
+from allmem import cache_store
+from allmem.paths import cache_dir, config_dir
 from allmem.report.runs import Run, by_hash, find_runs
-from allmem.run import identity
+from allmem.run import files, identity
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+CONFIGS = config_dir()  # the checkout's configs/, or the copy an install ships
 log = logging.getLogger("allmem.report")
 LOCOMO = "locomo"
 LME = "longmemeval_s"
@@ -150,11 +151,11 @@ class Point:
 def _fingerprint() -> str:
     """What a composed config's hash depends on besides the overrides: every config file, the identity rules
     (``allmem/run/identity.py``, ``allmem/run/files.py``) and the cache folder the configs interpolate."""
-    from allmem.fingerprint import source_fingerprint
-
-    h = hashlib.sha256(os.environ.get("ALLMEM_CACHE", "").encode())
-    h.update(source_fingerprint(("configs", "allmem/run/identity.py", "allmem/run/files.py")).encode())
-    return h.hexdigest()[:16]
+    return cache_store.code_key(
+        ("configs", "allmem/run/identity.py", "allmem/run/files.py"),
+        os.environ.get("ALLMEM_CACHE", ""),
+        length=16,
+    )
 
 
 @lru_cache(maxsize=16)
@@ -238,12 +239,10 @@ class _HashCache:
         ``sweep_points`` keeps, or another process may have saved entries since this one was read)."""
         if not self.dirty:
             return
-        merged = self._read(quiet=True)  # warned when read at the start
-        merged.update(self.data)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(merged))
-        tmp.replace(self.path)
+        with cache_store.locked(self.path):  # two reports saving at once keep both sets of entries
+            merged = self._read(quiet=True)  # warned when read at the start
+            merged.update(self.data)
+            files.write_atomic(self.path, json.dumps(merged))
 
 
 def points(
