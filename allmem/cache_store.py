@@ -84,7 +84,7 @@ def write_folder(final: Path, fill: Callable[[Path], Any]) -> Path:
 def locked(path: Path) -> Iterator[None]:
     """Hold an exclusive lock on ``<path>.lock`` (waits for it): for a read-merge-write of a shared file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(f"{path.name}.lock"), "a") as fh:
+    with open(path.with_name(f"{path.name}{files.LOCK}"), "a") as fh:  # <name>.lock, as a run's lock
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield

@@ -39,6 +39,7 @@ def _run(argv: list[str]) -> int:
     import hydra
     from omegaconf import DictConfig
 
+    from allmem.defaults import PRIMARY
     from allmem.paths import config_dir  # also registers the resolvers the configs use
     from allmem.run.runner import run
 
@@ -85,7 +86,7 @@ def _run(argv: list[str]) -> int:
     os.close(fd)
     os.environ[_POINTS_ENV] = ledger  # the launcher's worker processes (joblib) inherit it
     try:
-        hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="config")(main)()
+        hydra.main(version_base="1.3", config_path=str(config_dir()), config_name=PRIMARY)(main)()
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the runner recorded the attempt as interrupted
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise

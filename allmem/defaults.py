@@ -21,6 +21,7 @@ from allmem.errors import ConfigError
 from allmem.paths import config_dir
 from allmem.run.files import plain  # the one config-to-dict conversion; re-exported for callers here
 
+PRIMARY = "config"  # Hydra's primary config, configs/config.yaml (allmem run composes from it)
 CONFIG_DIR = config_dir()  # the checkout's configs/, or the copy a non-editable install ships
 T = TypeVar("T")
 
@@ -92,5 +93,5 @@ def paper(cls: type[T], name: str = "allmem", **changes: Any) -> T:
 def cutoffs() -> tuple[tuple[int, ...], int]:
     """``protocol.ks`` and ``protocol.table_k`` of ``configs/config.yaml``: every protocol's R@k / N@k cut-offs,
     for scoring outside a run (``allmem score --protocol mem0``) and for library code."""
-    node = OmegaConf.load(CONFIG_DIR / "config.yaml").protocol
+    node = OmegaConf.load(CONFIG_DIR / f"{PRIMARY}.yaml").protocol
     return tuple(int(k) for k in node.ks), int(node.table_k)

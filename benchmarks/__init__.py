@@ -88,9 +88,9 @@ def fit_split(dataset: str = "locomo") -> tuple[str, ...]:
     """
     from omegaconf import OmegaConf
 
-    from allmem.paths import repo_root
+    from allmem.paths import config_dir
 
-    path = repo_root() / "configs" / "dataset" / f"{dataset}.yaml"
+    path = config_dir() / "dataset" / f"{dataset}.yaml"
     if not path.is_file():
         raise FileNotFoundError(f"no dataset config {path}")
     ids = OmegaConf.load(path).get("fit_dialogues") or ()

@@ -153,7 +153,10 @@ def _download_longmemeval(
         _probe(base, timeout)
         from huggingface_hub import hf_hub_download
 
-        with tempfile.TemporaryDirectory(prefix="allmem-dl-") as tmp:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # beside the target, so the last step is a rename on one file system: a kill never leaves a partial
+        # file under the final name (which later runs would take as present)
+        with tempfile.TemporaryDirectory(prefix=".allmem-dl-", dir=target.parent) as tmp:
             fetched = hf_hub_download(
                 LONGMEMEVAL_REPO,
                 target.name,
@@ -162,8 +165,7 @@ def _download_longmemeval(
                 etag_timeout=timeout,
                 endpoint=base,
             )
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(fetched), target)
+            os.replace(fetched, target)
     except Exception as exc:  # noqa: BLE001 - the hub client raises many types; all mean "not fetched"
         raise DownloadError(_help(title, page, target, f"{base}: {exc}")) from exc
     digest = sha256_file(target)

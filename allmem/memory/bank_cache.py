@@ -2,7 +2,7 @@
 
 Why: a sweep over retrieval budgets (K, k, L), the Stage 1 scorer or the search-the-full-bank / no-expansion /
 no-type-priority ablations changes nothing that happens while a dialogue is written and consolidated, yet each
-run would ingest (describe, embed, link, consolidate) the whole stream again. With ``method.bank_cache`` set to
+run would ingest (describe, embed, link, consolidate) the whole stream again. With ``run.bank_cache`` set to
 a folder, All-Mem stores each dialogue's final bank there, keyed by everything that shapes ingestion, and a
 later run with the same key loads it instead of writing the stream again.
 

@@ -53,7 +53,10 @@ def build_report(root: Path, allow_mixed_code: bool = False) -> str:
             )
         sections += atc_sections(subset)
     done = {r.path for r in runs}
-    incomplete = sorted({p.parent for p in root.rglob(CONFIG)} - done)
+    found = {
+        p.parent for p in root.rglob(CONFIG) if "wandb" not in p.relative_to(root).parts
+    }  # W&B's own config
+    incomplete = sorted(found - done)
     if incomplete:  # named, never silently left out
         sections.append(
             "Incomplete (no DONE; not counted):\n\n" + "\n".join(f"- incomplete: {p}" for p in incomplete)

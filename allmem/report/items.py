@@ -62,7 +62,7 @@ def item_frame(run: Run, use_cache: bool = True) -> pd.DataFrame:
     data = path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()[:24]
     proto = run.protocol
-    key = f"{digest}-{cache_store.code_key(('allmem/metrics',), proto.name, list(proto.ks), length=12)}"
+    key = f"{digest}-{cache_store.code_key(('allmem/metrics', 'allmem/reader/framing.py'), proto.name, list(proto.ks), length=12)}"
     cached = cache_dir() / "report" / "items" / f"{key}.parquet"
     n_lines = sum(1 for line in data.splitlines() if line.strip())
 

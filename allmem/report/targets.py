@@ -22,6 +22,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from allmem import cache_store
+from allmem.defaults import PRIMARY
 from allmem.paths import cache_dir, config_dir
 from allmem.report.runs import Run, by_hash, find_runs
 from allmem.run import files, identity
@@ -102,7 +103,7 @@ def dataset_overrides(lme: str | None) -> dict[str, list[str]]:
 
 def _compose(overrides: Sequence[str], hydra_config: bool = False) -> DictConfig:
     with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides), return_hydra_config=hydra_config)
+        return compose(config_name=PRIMARY, overrides=list(overrides), return_hydra_config=hydra_config)
 
 
 @lru_cache(maxsize=64)

@@ -48,7 +48,9 @@ def _declared_packages() -> list[str]:
     import re
     import tomllib
 
-    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    from allmem.paths import repo_root
+
+    pyproject = repo_root() / "pyproject.toml"
     try:
         reqs = list(tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"])
     except (OSError, KeyError, ValueError):

@@ -117,7 +117,9 @@ def _is_run(path: Path) -> bool:
 
 def _runs(root: Path) -> dict[str, Path]:
     """Run directories under ``root`` by their path relative to it."""
-    return {p.parent.relative_to(root).as_posix(): p.parent for p in sorted(root.rglob(files.CONFIG))}
+    found = (p.parent for p in sorted(root.rglob(files.CONFIG)))
+    # a run folder's own sub-folders (W&B's offline run writes a config.yaml of its own) hold no run
+    return {d.relative_to(root).as_posix(): d for d in found if "wandb" not in d.relative_to(root).parts}
 
 
 def _hash(run: Path) -> str | None:
@@ -150,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="allmem compare",
         description="Whether two run directories (or two folders of runs) hold the same results; exit 0 only "
         "if every run is the same. Latencies, cached flags, attempt numbers, timestamps, pid and argv are "
-        "ignored (allmem.run.SAME_RESULT_IGNORES).",
+        "ignored (allmem.run.compare.SAME_RESULT_IGNORES).",
     )
     parser.add_argument("a", type=Path)
     parser.add_argument("b", type=Path)
@@ -167,9 +169,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:  # ConfigError (an unreadable config.yaml), a corrupt JSON line: named, one line
         print(f"allmem compare: error: {exc}", file=sys.stderr)
         return 1
-        if not results:
-            print(f"allmem compare: error: no run directory under {args.a} or {args.b}", file=sys.stderr)
-            return 1
+    if not results:
+        print(f"allmem compare: error: no run directory under {args.a} or {args.b}", file=sys.stderr)
+        return 1
     bad = 0
     for name, diffs in results:
         if diffs is None:

@@ -240,6 +240,8 @@ def iter_jsonl(path: Path, whole: bool = False) -> Iterator[tuple[int, Any]]:
                 if not whole and not line.endswith("\n"):
                     return  # torn tail from an interrupted write
                 raise RecordError(f"{path}:{n}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+            except (ValueError, RecursionError) as exc:  # a 5,000-digit integer, nesting past the stack
+                raise RecordError(f"{path}:{n}: unreadable JSON ({str(exc)[:80]})") from None
 
 
 def read_jsonl(path: Path, whole: bool = False) -> list[Any]:
