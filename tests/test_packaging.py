@@ -54,7 +54,12 @@ def test_a_wheel_installed_elsewhere_runs_the_debug_config(tmp_path: Path) -> No
         [*pip, "--python", str(python), "install", "--no-deps", str(wheel)], check=True, capture_output=True
     )
 
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ALLMEM_RESULTS", "ALLMEM_CACHE")}
+    # a user's shell: none of the folders this test session points allmem and tiktoken at
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "ALLMEM_RESULTS", "ALLMEM_CACHE", "TIKTOKEN_CACHE_DIR")
+    }
     empty = tmp_path / "elsewhere"
     empty.mkdir()
     where = subprocess.run([python, "-c", "import allmem; print(allmem.__file__)"], cwd=empty, env=env,

@@ -107,6 +107,7 @@ def test_callers_gate_on_backend_capabilities_not_names() -> None:
     Before, ``backend.name == "offline"`` / ``== "replay"`` decided."""
     from datetime import datetime
 
+    from allmem.defaults import group_node
     from allmem.embed import HashEmbedder
     from allmem.llm.base import ReplayMiss
     from allmem.llm.cache import ResponseCache
@@ -125,11 +126,12 @@ def test_callers_gate_on_backend_capabilities_not_names() -> None:
         "D1:1", "I painted a sunrise over the lake.", ("D1:1",), 0.9, datetime(2023, 5, 8), "Mel"
     )
     req = AnswerRequest("q1", "What did Mel paint?", category=1, context=(unit,), context_text=unit.text)
-    answer = LLMGenerator(llm, embedder=HashEmbedder()).answer(req)
+    reader = group_node("generator", "extractive")  # the fitted reader settings, from their one home
+    answer = LLMGenerator(llm, embedder=HashEmbedder(), extractive=reader, max_tokens=200).answer(req)
     assert "sunrise" in answer.text
     assert llm.offline and not llm.can_judge
     template, variables = answer_prompt(req)
-    payload = OfflineAnswerPayload(ExtractiveGenerator(HashEmbedder()), req)
+    payload = OfflineAnswerPayload(ExtractiveGenerator(HashEmbedder(), **reader), req)
     assert llm.chat(build_request(template, variables, payload=payload)).estimated  # counted locally
 
     class MyReplay(OfflineBackend):

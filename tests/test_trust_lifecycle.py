@@ -8,6 +8,7 @@ and a rerun after the cause is gone completes.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -149,7 +150,7 @@ def test_a_full_disk_names_the_file_and_fails_the_attempt(tmp_path):
     plugin.mkdir()
     (plugin / "enospc_plugin.py").write_text(_ENOSPC_PLUGIN)
     environ = env()
-    environ["PYTHONPATH"] = f"{plugin}:{environ['PYTHONPATH']}"
+    environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(plugin), environ.get("PYTHONPATH", "")) if p)
     code = "import sys, enospc_plugin; from allmem.cli import main; sys.exit(main())"
     proc = subprocess.run(
         [sys.executable, "-c", code, "run", *common(tmp_path), *BASE],
