@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from tests.llm_stub import StubLLM
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 SLOW_FIXTURES = ("locomo_path", "embedder")  # the real LoCoMo file, the real MiniLM model
@@ -137,3 +139,11 @@ def embedder(cache_dir: Path):  # noqa: ANN201 - allmem.embed.Embedder, imported
 
     torch.set_num_threads(1)
     return Embedder(cache_dir=cache_dir / "embeddings")
+
+
+@pytest.fixture
+def stub() -> Iterator[StubLLM]:
+    """A local OpenAI-compatible stub on 127.0.0.1 (tests/llm_stub.py), stopped after the test."""
+    server = StubLLM().start()
+    yield server
+    server.stop()

@@ -4,9 +4,6 @@ JSON it returns, and an executed merge; no payload or offline role is involved o
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-
-import pytest
 
 from allmem.defaults import paper
 from allmem.embed import HashEmbedder
@@ -17,13 +14,6 @@ from tests.fakes import make_bank
 from tests.llm_stub import StubLLM
 
 KEY = "sk-test-atc"
-
-
-@pytest.fixture
-def stub() -> Iterator[StubLLM]:
-    server = StubLLM().start()
-    yield server
-    server.stop()
 
 
 def test_consolidation_over_the_openai_backend(stub: StubLLM, tmp_path, monkeypatch) -> None:

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-
-import pytest
 
 from allmem.defaults import group_node
 from allmem.embed import HashEmbedder
@@ -74,13 +71,6 @@ def test_offline_path_delegates_to_the_extractive_generator(tmp_path: Path) -> N
     prompt = build_request(*answer_prompt(REQ)).prompt_text
     assert line["phase"] == "generate" and line["template"] == "answer_locomo"
     assert line["tokens_in"] == count_tokens(prompt) and got.usage["tokens_in"] == line["tokens_in"]
-
-
-@pytest.fixture
-def stub() -> Iterator[StubLLM]:
-    server = StubLLM().start()
-    yield server
-    server.stop()
 
 
 def test_openai_path_renders_the_prompt_and_reads_json(stub: StubLLM, tmp_path: Path, monkeypatch) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,13 +18,6 @@ from tests.llm_stub import StubLLM, usage_for
 KEY = "sk-test-SECRET-7f3a9c"
 EVIDENCE = [{"speaker": "Caroline", "text": "I went to a support group yesterday.", "caption": None,
              "date": "8 May 2023", "source_ids": ["D1:3"]}]  # fmt: skip
-
-
-@pytest.fixture
-def stub() -> Iterator[StubLLM]:
-    server = StubLLM().start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from pathlib import Path
@@ -32,13 +31,6 @@ KEY = "sk-trust-SECRET-5e2b"
 TINY = FIXTURES / "locomo_tiny.json"
 N_TINY = sum(len(s["qa"]) for s in json.loads(TINY.read_text()))
 HTML = (502, "text/html", b"<html><body><h1>502 Bad Gateway</h1></body></html>")
-
-
-@pytest.fixture
-def stub() -> Iterator[StubLLM]:
-    server = StubLLM().start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(autouse=True)
