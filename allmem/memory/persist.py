@@ -19,7 +19,9 @@ from typing import Any
 import numpy as np
 
 from allmem.memory.bank import BankError, EvidenceRecord, Link, MemoryBank, Unit, evidence_hash
+from allmem.run import files
 from allmem.run.files import write_folder
+from allmem.types import RecordError
 
 FORMAT = "allmem-bank"
 VERSION = 1
@@ -95,13 +97,12 @@ def read_meta(path: str | Path) -> dict[str, Any]:
 
 
 def _lines(file: Path) -> Iterator[tuple[int, Any]]:
-    """``(line number, parsed JSON)`` of a JSON-lines file; a torn or garbled line raises naming file and line."""
-    with open(file, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            try:
-                yield n, json.loads(line)
-            except ValueError as exc:
-                raise BankError(f"{file}: line {n}: not valid JSON ({exc})") from None
+    """``(line number, parsed JSON)`` of a bank's JSON-lines file through the run files' one reader; the file was
+    written whole inside an atomic folder, so a torn or garbled line is damage: ``BankError`` naming file and line."""
+    try:
+        yield from files.iter_jsonl(file, whole=True)
+    except RecordError as exc:
+        raise BankError(str(exc)) from None
 
 
 def load_bank(path: str | Path) -> tuple[MemoryBank, dict[str, Any]]:
