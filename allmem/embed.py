@@ -36,6 +36,9 @@ _MEMO_MAX = 500_000  # texts; ~0.75 GB of float32 at 384 dims, far above any run
 _IDENTITY_MEMO: dict[tuple[str, int], str] = {}
 # How vectors are computed, part of the identity: equal-length batches without padding, one torch thread.
 _SCHEME = "nopad-1t"
+# Engines of the same model (configs/embedder/): torch (sentence-transformers), ONNX Runtime fp32 or int8
+# (allmem/embed_onnx.py).
+BACKENDS = ("torch", "onnx_fp32", "onnx_int8")
 
 
 def _default_cache_root() -> Path:
@@ -95,9 +98,12 @@ class Embedder:
         cache_dir: str | Path | None = None,
         batch_size: int = 32,
         device: str = "cpu",
+        backend: str = "torch",
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"Embedder: batch_size must be >= 1, got {batch_size}")
+        if backend not in BACKENDS:
+            raise ValueError(f"Embedder: backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         self.model_path = Path(model_path) if model_path is not None else packaged_model_path()
         if not self.model_path.is_dir():
             raise FileNotFoundError(f"{self.model_path}: model folder not found (embedder.model_path)")
@@ -105,6 +111,8 @@ class Embedder:
         self.cache_dir = Path(cache_dir) if cache_dir is not None else _default_cache_root() / "embeddings"
         self.batch_size = batch_size
         self.device = device
+        self.backend = backend
+        self._onnx: Any = None
         self.hits = 0
         self.misses = 0
         self._model: Any = None
@@ -116,10 +124,27 @@ class Embedder:
     # -- identity and lazy resources ---------------------------------------------------------------
     @property
     def identity(self) -> str:
-        """``name@sha256-prefix/scheme`` (model files, how vectors are computed): the model half of every cache key."""
+        """``name@sha256-prefix/scheme`` (model files, how vectors are computed): the model half of every cache key.
+
+        The torch backend's scheme is ``_SCHEME``; an ONNX backend's names its engine, precision and export
+        (``OnnxEncoder.scheme``), so vectors of different backends never share cache entries.
+        """
         if self._identity is None:
-            self._identity = f"{self.name}@{model_fingerprint(self.model_path)[:16]}/{_SCHEME}"
+            fingerprint = model_fingerprint(self.model_path)
+            scheme = _SCHEME if self.backend == "torch" else self._onnx_encoder(fingerprint).scheme
+            self._identity = f"{self.name}@{fingerprint[:16]}/{scheme}"
         return self._identity
+
+    def _onnx_encoder(self, fingerprint: str | None = None) -> Any:
+        if self._onnx is None:
+            from allmem.embed_onnx import OnnxEncoder
+
+            precision = self.backend.split("_", 1)[1]
+            self._onnx = OnnxEncoder(
+                self.model_path, fingerprint or model_fingerprint(self.model_path), precision,
+                self.cache_dir,
+            )  # fmt: skip
+        return self._onnx
 
     @property
     def dim(self) -> int:
@@ -183,6 +208,8 @@ class Embedder:
 
     def _encode_model(self, texts: list[str]) -> np.ndarray:
         """Vectors of ``texts``, each computed in a forward pass of texts of its own token length (no padding)."""
+        if self.backend != "torch":
+            return self._onnx_encoder().encode(texts, self.dim)
         import torch
 
         model = self._load()

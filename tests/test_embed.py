@@ -109,3 +109,63 @@ def test_hash_embedder_is_deterministic_across_instances_and_never_loads_a_model
         a.encode("not a list")
     with pytest.raises(ValueError, match="dim"):
         HashEmbedder(dim=1)
+
+
+def test_onnx_backends_have_their_own_identity(tmp_path) -> None:
+    """Vectors of another engine or precision never share cache entries with torch's: each backend names itself."""
+    fp = model_fingerprint(Embedder(cache_dir=tmp_path).model_path)
+    ids = {b: Embedder(cache_dir=tmp_path, backend=b).identity for b in ("torch", "onnx_fp32", "onnx_int8")}
+    assert ids["torch"] == f"all-MiniLM-L6-v2@{fp[:16]}/nopad-1t"  # unchanged: existing caches stay valid
+    assert ids["onnx_fp32"].startswith(f"all-MiniLM-L6-v2@{fp[:16]}/onnx-fp32-")
+    assert ids["onnx_int8"].startswith(f"all-MiniLM-L6-v2@{fp[:16]}/onnx-int8-")
+    assert ids["onnx_fp32"].endswith("/1x-1t") and len(set(ids.values())) == 3
+    with pytest.raises(ValueError, match="backend must be one of"):
+        Embedder(cache_dir=tmp_path, backend="onnx")
+
+
+def test_onnx_backend_without_onnxruntime_fails_in_one_line(tmp_path, monkeypatch) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_ort(name, *args, **kwargs):  # noqa: ANN001, ANN202 - the import hook's signature
+        if name.startswith("onnxruntime"):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ort)
+    emb = Embedder(cache_dir=tmp_path, backend="onnx_fp32")
+    with pytest.raises(
+        ImportError, match=r"needs the package onnxruntime: pip install 'allmem\[onnx\]'"
+    ) as err:
+        emb.encode(["a text that misses the cache"])
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.slow
+def test_onnx_fp32_matches_torch_and_int8_stays_close(tmp_path) -> None:
+    """Exported once into the cache folder; same token ids as sentence-transformers; fp32 within float rounding
+    of torch, int8 (per-channel weights) near it; a text's vector does not depend on what it is encoded with."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    texts = [
+        *TEXTS,
+        "Short.",
+        " ".join(["a much longer turn about pottery classes and a trip to Paris"] * 40),
+    ]
+    torch_vecs = Embedder(cache_dir=tmp_path / "t")._encode_model(texts)
+    fp32 = Embedder(cache_dir=tmp_path / "o", backend="onnx_fp32")
+    st = Embedder(cache_dir=tmp_path / "t")._load()
+    prepare = getattr(st, "preprocess", None) or st.tokenize
+    st_ids = prepare(texts)["input_ids"].tolist()
+    ours = fp32._onnx_encoder().tokens(texts)
+    assert [row[: len(ids)] for row, ids in zip(st_ids, ours, strict=True)] == ours
+    assert max(len(ids) for ids in ours) == 256  # the long text is truncated at max_seq_length, as torch's
+    v32 = fp32.encode(texts)
+    np.testing.assert_allclose(v32, torch_vecs, atol=1e-5)
+    assert list((tmp_path / "o" / "onnx").iterdir())  # the export lives in the cache folder
+    np.testing.assert_array_equal(
+        v32[1], Embedder(cache_dir=tmp_path / "o2", backend="onnx_fp32").encode([texts[1]])[0]
+    )
+    v8 = Embedder(cache_dir=tmp_path / "o", backend="onnx_int8").encode(texts)
+    assert float((v8 * torch_vecs).sum(1).min()) > 0.97
