@@ -33,7 +33,7 @@ PAPER_TARGETS := table1 table2 table3 table4 ablations ablations_hybrid fig3 fig
 NAME ?= sweep
 ARGS ?=
 
-.PHONY: help setup test test-fast reproduce lint format clean bench sweep $(PAPER_TARGETS)
+.PHONY: help setup test test-fast reproduce lint format clean bench bench-scale sweep $(PAPER_TARGETS)
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-12s %s\n", $$1, $$2}'
@@ -84,6 +84,15 @@ sweep: $(STAMP) ## Any Hydra multirun, e.g. make sweep NAME=K ARGS="method=allme
 
 bench: $(STAMP) ## Mem-Lat: allmem vs allmem_hybrid on LoCoMo; exact vs approximate search and BM25 up to 10^6 units
 	$(PY) scripts/bench_latency.py
+
+# `make bench-scale`: LongMemEval-shaped haystacks, every Table 1 method, cold caches. SCALE_FRACTION of
+# LongMemEval-s's 500 questions, SCALE_SESSIONS sessions each (full size: 50); SCALE_ARGS e.g.
+# "--embedders minilm minilm_onnx_fp32 minilm_onnx_int8 --methods naive_rag allmem".
+SCALE_FRACTION ?= 0.006
+SCALE_SESSIONS ?= 10
+SCALE_ARGS ?=
+bench-scale: $(STAMP) ## Time per turn of every Table 1 method on LongMemEval-shaped haystacks; workers, shards, projection
+	$(PY) scripts/bench_scale.py --fraction $(SCALE_FRACTION) --sessions $(SCALE_SESSIONS) $(SCALE_ARGS)
 
 lint: $(STAMP) ## ruff check + format check
 	$(VENV)/bin/ruff check .

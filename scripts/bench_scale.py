@@ -1,0 +1,259 @@
+"""Scale benchmark (``make bench-scale``): every Table 1 method's time per turn on LongMemEval-shaped haystacks.
+
+Not a timed test: timings depend on the machine and its load, so every table prints ratios to ``naive_rag`` measured
+in the same run, and the load average before and after.
+
+1. A LongMemEval-format file of ``--fraction`` of LongMemEval-s (or ``--questions``) is written by
+   ``scripts/make_longmemeval.py`` (fresh text in every session, ~230-token turns).
+2. Per embedding backend (``--embedders``, config names of ``configs/embedder/``) and per method (Table 1's list,
+   ``configs/experiment/table1.yaml``), one offline ``allmem run`` in its own process with a cold cache
+   (``ALLMEM_CACHE`` pointed at a fresh folder) and one BLAS/torch thread. Printed: wall and CPU time per turn,
+   each as a ratio to ``naive_rag`` on the same backend, and the process tree's peak RSS (``wait4``). Two times
+   per turn: ``run`` is the run's whole wall time (the manifest's ``wall_s``: imports, model load, questions)
+   over its turns; ``steady`` is the write path (``ingest_s + end_stream_s`` of ``system_stats.jsonl``) of every
+   dialogue after the first, over their turns, which is what a run of 500 haystacks pays per turn.
+3. The speed-up of ``run.workers=2`` and of two shards (``run.shard=1/2`` and ``2/2`` as two concurrent
+   processes) over one process, for ``--par-method``. Each needs its key in the run config; where a key is
+   missing, one line says so and the part is skipped.
+4. The projected wall time of a full LongMemEval-s Table 1 (500 haystacks, ~250,000 turns) from the measured
+   steady times per turn, with the formula printed.
+
+    python scripts/bench_scale.py                                   # make bench-scale
+    python scripts/bench_scale.py --fraction 0.004 --sessions 10 --methods naive_rag allmem
+    python scripts/bench_scale.py --embedders minilm minilm_onnx minilm_onnx_int8
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+# LongMemEval-s as the issue and the generator's --help give it: 500 haystacks of ~50 sessions, ~250k turns.
+LME_S_QUESTIONS = 500
+LME_S_TURNS = 250_000
+
+
+def log(msg: str) -> None:
+    print(f"[bench-scale] {msg}", file=sys.stderr, flush=True)
+
+
+def table1_methods() -> list[str]:
+    """Table 1's compared methods, from their one home (``configs/experiment/table1.yaml``)."""
+    import yaml
+
+    node = yaml.safe_load((ROOT / "configs" / "experiment" / "table1.yaml").read_text())
+    return [m.strip() for m in str(node["hydra"]["sweeper"]["params"]["method"]).split(",")]
+
+
+def run_keys() -> set[str]:
+    """The keys of the composed config's ``run`` node (to tell whether workers / shards exist in this code)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base=None):
+        return set(compose("config").run.keys())
+
+
+def load_average() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
+
+
+def start(args: list[str], cache: Path, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    env = dict(os.environ)
+    env.update(
+        ALLMEM_CACHE=str(cache), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=str(ROOT),
+        HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false", WANDB_MODE="disabled",
+    )  # fmt: skip
+    env.update(extra_env or {})
+    cmd = [sys.executable, "-m", "allmem.cli", "run", *args, "run.progress=false"]
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def finish(proc: subprocess.Popen[bytes]) -> tuple[int, float, float, str]:
+    """Wait for ``proc``; (exit code, CPU seconds of its tree, peak RSS in MB of its tree, output tail)."""
+    out = proc.stdout.read() if proc.stdout else b""
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    tail = out.decode("utf-8", "replace").strip().splitlines()[-3:]
+    return proc.returncode, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, " | ".join(tail)
+
+
+def run_dirs(root: Path) -> list[Path]:
+    return sorted(p.parent for p in root.rglob("manifest.json"))
+
+
+def dialogue_stats(run_dir: Path) -> list[dict[str, Any]]:
+    from allmem.run import files
+
+    return files.read_jsonl(run_dir / files.SYSTEM_STATS)
+
+
+def measure(args: list[str], root: Path, cache: Path) -> dict[str, Any]:
+    """One run in its own process: wall / CPU per turn (run and steady), peak RSS."""
+    t0 = time.perf_counter()
+    code, cpu, rss, tail = finish(start([*args, f"run.root={root}"], cache))
+    wall = time.perf_counter() - t0
+    if code != 0:
+        raise SystemExit(f"bench-scale: allmem run {' '.join(args)} failed (exit {code}): {tail}")
+    (run_dir,) = run_dirs(root)
+    stats = dialogue_stats(run_dir)
+    turns = sum(int(s["turns"]) for s in stats)
+    rest = stats[1:] or stats
+    steady_s = sum(float(s["ingest_s"]) + float(s["end_stream_s"]) for s in rest)
+    steady_turns = sum(int(s["turns"]) for s in rest)
+    return {
+        "run_dir": run_dir, "turns": turns, "dialogues": len(stats), "wall_s": wall, "cpu_s": cpu, "rss_mb": rss,
+        "run_ms": 1000 * wall / turns, "cpu_ms": 1000 * cpu / turns, "steady_ms": 1000 * steady_s / steady_turns,
+        "dialogue_s": [float(s["ingest_s"]) + float(s["end_stream_s"]) for s in stats],
+    }  # fmt: skip
+
+
+def print_methods(embedder: str, rows: dict[str, dict[str, Any]]) -> None:
+    base = rows.get("naive_rag")
+    print(
+        f"\n## embedder={embedder}: time per turn (cold cache, one thread; ratios to naive_rag in this run)"
+    )
+    head = f"{'method':<16}{'turns':>6}{'run ms':>9}{'x':>6}{'cpu ms':>9}{'x':>6}{'steady ms':>11}{'x':>6}{'peak RSS MB':>13}"
+    print(head)
+    for name, r in rows.items():
+
+        def ratio(key: str, r: dict[str, Any] = r) -> str:
+            return f"{r[key] / base[key]:.2f}" if base else "-"
+
+        print(
+            f"{name:<16}{r['turns']:>6}{r['run_ms']:>9.1f}{ratio('run_ms'):>6}{r['cpu_ms']:>9.1f}"
+            f"{ratio('cpu_ms'):>6}{r['steady_ms']:>11.1f}{ratio('steady_ms'):>6}{r['rss_mb']:>13.0f}"
+        )
+
+
+def parallel_part(
+    data_args: list[str], method: str, one: dict[str, Any], work: Path, keys: set[str]
+) -> float | None:
+    """Speed-ups of 2 workers and of 2 concurrent shards over ``one`` (the 1-process run of ``method``)."""
+    print(f"\n## Parallel: {method}, cold caches, over one process ({one['wall_s']:.1f} s wall)")
+    efficiency = None
+    if "workers" in keys:
+        two = measure([*data_args, f"method={method}", "run.workers=2"], work / "w2", work / "cache_w2")
+        speed = one["wall_s"] / two["wall_s"]
+        efficiency = speed / 2
+        print(
+            f"run.workers=2: {two['wall_s']:.1f} s wall, speed-up {speed:.2f}, peak RSS {two['rss_mb']:.0f} MB"
+        )
+    else:
+        print(
+            "run.workers=2: skipped, this code's run config has no run.workers (scale-par's branch adds it)"
+        )
+    if "shard" in keys:
+        root, t0 = work / "s2", time.perf_counter()
+        procs = [
+            start(
+                [*data_args, f"method={method}", f"run.shard={i}/2", f"run.root={root}"], work / f"cache_s{i}"
+            )
+            for i in (1, 2)
+        ]
+        results = [finish(p) for p in procs]
+        wall = time.perf_counter() - t0
+        if any(code != 0 for code, *_ in results):
+            print(f"run.shard=i/2: a shard failed: {[tail for *_, tail in results]}")
+        else:
+            speed = one["wall_s"] / wall
+            efficiency = efficiency or speed / 2
+            rss = max(r for _, _, r, _ in results)
+            print(
+                f"run.shard=1/2 + 2/2 (two processes): {wall:.1f} s wall, speed-up {speed:.2f}, peak RSS {rss:.0f} MB"
+            )
+    else:
+        print("run.shard=i/n: skipped, this code's run config has no run.shard (scale-par's branch adds it)")
+    return efficiency
+
+
+def projection(rows: dict[str, dict[str, Any]], embedder: str, efficiency: float | None) -> None:
+    total_ms = sum(r["steady_ms"] for r in rows.values())
+    e = efficiency if efficiency else 1.0
+    e_note = (
+        f"E = {e:.2f} (measured 2-process efficiency)" if efficiency else "E = 1 (ideal: not measured here)"
+    )
+    print(f"\n## Projected full LongMemEval-s Table 1 (embedder={embedder}, offline, {len(rows)} methods)")
+    print(f"T(P) = sum over methods of t_turn[m] x {LME_S_TURNS:,} turns / (P x E); {e_note}")
+    print(f"sum of t_turn over methods = {total_ms:.1f} ms (steady, this machine under its current load)")
+    for label, p in (("2 cores", 2), ("32-core node or a SLURM array of 32 tasks", 32)):
+        hours = total_ms / 1000 * LME_S_TURNS / (p * e) / 3600
+        print(f"  P={p:<3} ({label}): {hours:.1f} h")
+    per_dialogue = {m: r["steady_ms"] * LME_S_TURNS / LME_S_QUESTIONS / 1000 for m, r in rows.items()}
+    slowest = max(per_dialogue, key=per_dialogue.__getitem__)
+    print(
+        f"  one haystack (~{LME_S_TURNS // LME_S_QUESTIONS} turns) of the slowest method ({slowest}): "
+        f"{per_dialogue[slowest]:.0f} s, the floor of any P (one dialogue is one task)"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    size = ap.add_mutually_exclusive_group()
+    size.add_argument(
+        "--fraction", type=float, default=0.006, help="fraction of LongMemEval-s's 500 questions"
+    )
+    size.add_argument("--questions", type=int, help="questions (haystacks) instead of --fraction")
+    ap.add_argument("--sessions", type=int, default=10, help="sessions per haystack (LongMemEval-s: 50)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--methods", nargs="+", help="default: Table 1's list")
+    ap.add_argument("--embedders", nargs="+", default=["minilm"], help="configs/embedder/ names")
+    ap.add_argument("--par-method", default="naive_rag", help="method of the workers / shards speed-up")
+    ap.add_argument("--no-parallel", action="store_true", help="skip the workers / shards part")
+    ap.add_argument("--work", type=Path, help="folder for the file, runs and caches (default: a temp folder)")
+    a = ap.parse_args(argv)
+
+    methods = a.methods or table1_methods()
+    if "naive_rag" not in methods:
+        methods = ["naive_rag", *methods]
+    work = a.work or Path(tempfile.mkdtemp(prefix="bench_scale_"))
+    work.mkdir(parents=True, exist_ok=True)
+    data = work / "lme.json"
+    n_q = a.questions if a.questions else max(2, round(a.fraction * LME_S_QUESTIONS))
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "make_longmemeval.py"), str(data), "--questions", str(n_q),
+         "--sessions", str(a.sessions), "--seed", str(a.seed)], check=True, stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    print(
+        f"# bench-scale: {n_q} haystacks x {a.sessions} sessions ({n_q / LME_S_QUESTIONS:.1%} of LongMemEval-s's"
+    )
+    print(
+        f"# questions, {a.sessions / 50:.0%} of its sessions); {os.cpu_count()} CPUs; load average before {load_average()}"
+    )
+    data_args = ["dataset=longmemeval_s", f"dataset.path={data}"]
+    all_rows: dict[str, dict[str, dict[str, Any]]] = {}
+    for emb in a.embedders:
+        rows: dict[str, dict[str, Any]] = {}
+        for m in methods:
+            tag = f"{emb}_{m}"
+            log(f"{tag} ...")
+            rows[m] = measure(
+                [*data_args, f"method={m}", f"embedder={emb}"], work / "runs" / tag, work / "cache" / tag
+            )
+            log(f"{tag}: {rows[m]['wall_s']:.1f} s, {rows[m]['turns']} turns")
+        all_rows[emb] = rows
+        print_methods(emb, rows)
+    efficiency = None
+    if not a.no_parallel:
+        first = a.embedders[0]
+        one = all_rows[first].get(a.par_method) or measure(
+            [*data_args, f"method={a.par_method}", f"embedder={first}"], work / "p1", work / "cache_p1"
+        )
+        efficiency = parallel_part([*data_args, f"embedder={first}"], a.par_method, one, work, run_keys())
+    for emb, rows in all_rows.items():
+        projection(rows, emb, efficiency)
+    print(f"\n# load average after {load_average()}; work folder {work}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
