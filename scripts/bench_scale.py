@@ -88,7 +88,9 @@ def finish(proc: subprocess.Popen[bytes]) -> tuple[int, float, float, str]:
 
 
 def run_dirs(root: Path) -> list[Path]:
-    return sorted(p.parent for p in root.rglob("manifest.json"))
+    from allmem.run import files
+
+    return sorted(p.parent for p in root.rglob(files.MANIFEST))
 
 
 def dialogue_stats(run_dir: Path) -> list[dict[str, Any]]:

@@ -58,11 +58,12 @@ def test_atc_events_tolerate_a_torn_tail(tmp_path: Path) -> None:
 
 
 def test_every_appender_syncs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The ledger and the ATC events are appended through the one appender, flushed and synced per line (before,
-    neither synced, so a power cut could lose lines the run had counted)."""
+    """The ledger and the ATC events are appended through the one appender, flushed per line and synced (before,
+    neither synced, so a power cut could lose lines the run had counted); with ``SYNC_EVERY_S`` 0, every line."""
     synced: list[int] = []
     real = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    monkeypatch.setattr(files, "SYNC_EVERY_S", 0.0)
     EventLog(tmp_path / "run").write({"kind": "run"})
     Ledger(tmp_path / "run" / files.CALLS).record(
         CallRecord("generate", "offline", "m", 1, 1, 0.0, False, "h")
@@ -73,3 +74,34 @@ def test_every_appender_syncs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 
 def test_the_manifest_records_the_record_version(tmp_path: Path) -> None:
     assert attempts.provenance([], {"name": "offline"})["records"] == RECORD_VERSION
+
+
+def test_append_jsonl_keeps_files_open_but_follows_a_replaced_file(tmp_path: Path, monkeypatch) -> None:
+    """Lines are readable as soon as written; a file removed behind the kept handle is recreated, not written
+    into the void; at most ``_MAX_OPEN`` files stay open; fsync runs at most every ``SYNC_EVERY_S`` per file."""
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(files.os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    monkeypatch.setattr(files, "SYNC_EVERY_S", 3600.0)
+    files.close_appenders()
+    synced.clear()
+    path = tmp_path / "run" / "calls.jsonl"
+    for i in range(3):
+        files.append_jsonl(path, {"i": i})
+    assert (
+        files.read_jsonl(path) == [{"i": 0}, {"i": 1}, {"i": 2}] and synced == []
+    )  # flushed, not yet synced
+    path.unlink()
+    files.append_jsonl(path, {"i": 3})
+    assert files.read_jsonl(path) == [{"i": 3}] and len(synced) == 1  # the stale handle was closed, synced
+    others = [tmp_path / f"f{n}.jsonl" for n in range(files._MAX_OPEN + 2)]
+    for p in others:
+        files.append_jsonl(p, {"p": p.name})
+    assert len(files._APPENDERS) == files._MAX_OPEN and len(synced) == 4  # the 3 oldest closed with a sync
+    assert all(files.read_jsonl(p) == [{"p": p.name}] for p in others)
+    files.close_appenders()
+    assert not files._APPENDERS and len(synced) == 4 + files._MAX_OPEN
+    monkeypatch.setattr(files, "SYNC_EVERY_S", 0.0)
+    files.append_jsonl(path, {"i": 4})
+    assert len(synced) == 5 + files._MAX_OPEN  # due at once: synced with the write
+    files.close_appenders()

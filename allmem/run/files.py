@@ -13,6 +13,7 @@ writes of a file or a folder, sha256, and reading a stored config as data. The r
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
@@ -20,6 +21,7 @@ import re
 import secrets
 import shutil
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -292,16 +294,87 @@ def _named(exc: OSError, path: Path) -> NoReturn:
 
 
 def append_jsonl(path: Path, obj: Any) -> None:
-    """Append one line (folder made on the first write), flushed and synced: what is on disk survives a kill.
-    For a file written now and then (the ledger, ATC events); ``JsonlWriter`` keeps the file open."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        with path.open("a", encoding="utf-8") as fh:
+    """Append one line (folder made on the first write), flushed: what is written survives a kill of the process.
+    For a file written line by line from anywhere in a run (the LLM ledger, ATC events); ``JsonlWriter`` is the
+    writer of files one owner writes.
+
+    Why it keeps the file open (``_APPENDERS``): the ledger writes a line per LLM call, offline too (a descriptor
+    per turn, a diagnosis per unit), and opening plus fsyncing per line cost about as much as embedding the turn.
+    Each line is flushed to the OS at once (a killed process loses nothing); the file is fsynced at most every
+    ``SYNC_EVERY_S`` seconds and when it is closed (at exit, or when more than ``_MAX_OPEN`` files are open), so a
+    power cut may lose the last second of lines, never a line that was synced. A file replaced or removed behind
+    the open handle (another inode at ``path``) is reopened.
+    """
+    with _APPENDERS_LOCK:
+        key = os.path.abspath(path)
+        entry = _APPENDERS.pop(key, None)
+        try:
+            if entry is not None and not _same_file(entry[0], path):
+                _close_appender(entry)
+                entry = None
+            if entry is None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                entry = [path.open("a", encoding="utf-8"), time.monotonic()]
+            fh = entry[0]
             fh.write(dump_line(obj))
             fh.flush()
+            if time.monotonic() - entry[1] >= SYNC_EVERY_S:
+                os.fsync(fh.fileno())
+                entry[1] = time.monotonic()
+        except OSError as exc:
+            if entry is not None:
+                _close_appender(entry, sync=False)
+            _named(exc, path)
+        _APPENDERS[key] = entry  # most recently used last
+        while len(_APPENDERS) > _MAX_OPEN:
+            _close_appender(_APPENDERS.pop(next(iter(_APPENDERS))))
+
+
+SYNC_EVERY_S = 1.0  # append_jsonl: the longest a flushed line waits for its fsync
+_MAX_OPEN = 8  # append_jsonl: files kept open at once (a test session writes hundreds of run folders)
+_APPENDERS: dict[str, list[Any]] = {}  # absolute path -> [open file, time of its last fsync]
+_APPENDERS_LOCK = threading.Lock()
+
+
+def _same_file(fh: Any, path: Path) -> bool:
+    try:
+        a, b = os.fstat(fh.fileno()), os.stat(path)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _close_appender(entry: list[Any], sync: bool = True) -> None:
+    fh = entry[0]
+    try:
+        if sync:
+            fh.flush()
             os.fsync(fh.fileno())
-    except OSError as exc:
-        _named(exc, path)
+    except OSError:
+        pass  # every line was flushed when written; a failed final sync loses nothing a kill would keep
+    finally:
+        try:
+            fh.close()
+        except OSError:
+            pass
+
+
+def close_appenders() -> None:
+    """fsync and close the files ``append_jsonl`` keeps open (at exit; tests call it to start clean)."""
+    with _APPENDERS_LOCK:
+        while _APPENDERS:
+            _close_appender(_APPENDERS.pop(next(iter(_APPENDERS))))
+
+
+def _forget_appenders_in_child() -> None:
+    """A forked worker starts with no open appenders and a fresh lock (the parent's may be held by a thread)."""
+    global _APPENDERS_LOCK
+    _APPENDERS_LOCK = threading.Lock()
+    _APPENDERS.clear()  # the parent's handles: flushed per line, so nothing of theirs is buffered here
+
+
+atexit.register(close_appenders)
+os.register_at_fork(after_in_child=_forget_appenders_in_child)
 
 
 class JsonlWriter:
