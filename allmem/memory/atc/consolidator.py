@@ -20,7 +20,7 @@ import numpy as np
 
 from allmem.defaults import from_node
 from allmem.memory.atc.config import OPS, ATCConfig
-from allmem.memory.atc.drift import Calibration, UnitView
+from allmem.memory.atc.drift import Calibration, UnitView, split_sentences
 from allmem.memory.atc.events import EventLog
 from allmem.memory.atc.executor import Executor, Outcome, unit_dict
 from allmem.memory.atc.gate import gate
@@ -153,6 +153,13 @@ class Consolidator:
         involved = set(buffered).union(*contexts)
         payload = self._payload(involved)
         roles = self._roles()
+        if getattr(self.llm, "offline", False) and payload.embed is not None:
+            # The offline Split embeds each focal unit's sentences; one call for all of them batches sentences of
+            # equal length across units (a unit alone gives batches of one or two). Same vectors: a text's vector
+            # depends on the text alone (allmem/embed.py), and the diagnoses below find them in the memo.
+            sents = [s for u in buffered for s in split_sentences(payload.views[u], payload.ops)]
+            if sents:
+                payload.embed(list(dict.fromkeys(sents)))
 
         def diagnose(i: int) -> tuple[Any, dict[str, Any]]:
             meter = Meter(self.llm, payload)

@@ -263,6 +263,17 @@ def update_confidence(cur: UnitView, old: UnitView, cal: Calibration) -> tuple[f
 SEGMENT_MAX_SENTENCES = 256
 
 
+def segment_sentences(text: str) -> list[str]:
+    """The sentences ``segment`` embeds for ``text``: none when it has one or more than ``SEGMENT_MAX_SENTENCES``."""
+    sents = tx.sentences(text)
+    return sents if 2 <= len(sents) <= SEGMENT_MAX_SENTENCES else []
+
+
+def split_sentences(focal: UnitView, ops: Sequence[str]) -> list[str]:
+    """The sentences ``diagnose`` embeds for ``focal`` (Split of a single-record unit), in order."""
+    return segment_sentences(focal.text) if "split" in ops and focal.n_records == 1 else []
+
+
 def segment(text: str, embed: Embed, cal: Calibration) -> tuple[list[str], float]:
     """Contiguous topic segments of ``text`` (verbatim sentence groups) and the max between-segment cosine.
 
@@ -270,8 +281,8 @@ def segment(text: str, embed: Embed, cal: Calibration) -> tuple[list[str], float
     thin greetings); then adjacent groups whose centroids are at least ``split_join`` similar are joined, most
     similar pair first, until no pair qualifies.
     """
-    sents = tx.sentences(text)
-    if not 2 <= len(sents) <= SEGMENT_MAX_SENTENCES:
+    sents = segment_sentences(text)
+    if not sents:
         return [text.strip()], 1.0
     vecs = np.asarray(embed(sents), dtype=np.float64)
 
@@ -325,7 +336,7 @@ def diagnose(
     """All proposals for one local context, in a fixed order (split, merge, update; context order within)."""
     out: list[Proposal] = []
     ctx = [c for c in context if c.id != focal.id]
-    if "split" in ops and embed is not None and focal.n_records == 1:
+    if embed is not None and split_sentences(focal, ops):
         p, why, _ = split_confidence(focal, embed, cal)
         if p > 0.0:
             out.append(Proposal("split", (focal.id,), p, why))
