@@ -20,7 +20,7 @@ import numpy as np
 
 from allmem.defaults import from_node
 from allmem.memory.atc.config import OPS, ATCConfig
-from allmem.memory.atc.drift import Calibration, UnitView, split_sentences
+from allmem.memory.atc.drift import Calibration, UnitView, split_sentences_to_embed
 from allmem.memory.atc.events import EventLog
 from allmem.memory.atc.executor import Executor, Outcome, unit_dict
 from allmem.memory.atc.gate import gate
@@ -157,7 +157,11 @@ class Consolidator:
             # The offline Split embeds each focal unit's sentences; one call for all of them batches sentences of
             # equal length across units (a unit alone gives batches of one or two). Same vectors: a text's vector
             # depends on the text alone (allmem/embed.py), and the diagnoses below find them in the memo.
-            sents = [s for u in buffered for s in split_sentences(payload.views[u], payload.ops)]
+            sents = [
+                s
+                for u in buffered
+                for s in split_sentences_to_embed(payload.views[u], payload.ops, payload.cal)
+            ]
             if sents:
                 payload.embed(list(dict.fromkeys(sents)))
 

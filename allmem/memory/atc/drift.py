@@ -263,38 +263,14 @@ def update_confidence(cur: UnitView, old: UnitView, cal: Calibration) -> tuple[f
 SEGMENT_MAX_SENTENCES = 256
 
 
-def segment_sentences(text: str) -> list[str]:
-    """The sentences ``segment`` embeds for ``text``: none when it has one or more than ``SEGMENT_MAX_SENTENCES``."""
-    sents = tx.sentences(text)
-    return sents if 2 <= len(sents) <= SEGMENT_MAX_SENTENCES else []
-
-
-def split_sentences(focal: UnitView, ops: Sequence[str]) -> list[str]:
-    """The sentences ``diagnose`` embeds for ``focal`` (Split of a single-record unit), in order."""
-    return segment_sentences(focal.text) if "split" in ops and focal.n_records == 1 else []
-
-
-def segment(text: str, embed: Embed, cal: Calibration) -> tuple[list[str], float]:
-    """Contiguous topic segments of ``text`` (verbatim sentence groups) and the max between-segment cosine.
-
-    Sentences that cannot stand alone join a neighbour first (questions, anaphoric or connective openings,
-    thin greetings); then adjacent groups whose centroids are at least ``split_join`` similar are joined, most
-    similar pair first, until no pair qualifies.
-    """
-    sents = segment_sentences(text)
-    if not sents:
-        return [text.strip()], 1.0
-    vecs = np.asarray(embed(sents), dtype=np.float64)
+def _standalone_groups(sents: list[str], cal: Calibration) -> list[list[int]]:
+    """Sentences that cannot stand alone joined to a neighbour, before any similarity is measured: a question or a
+    sentence opening with an anaphor or connective ("It was...", "Plus...", "Makes me...") continues the one
+    before; a thin group (a greeting, "Wow!") joins the one after it, or the one before at the end."""
 
     def content(g: list[int]) -> int:
         return len(tx.content_stems(" ".join(sents[i] for i in g), cal.names))
 
-    def centroid(g: list[int]) -> np.ndarray:
-        return vecs[g].mean(axis=0)
-
-    # Sentences that cannot stand alone join a neighbour before any similarity is measured: a question or a
-    # sentence opening with an anaphor or connective ("It was...", "Plus...", "Makes me...") continues the one
-    # before; a thin group (a greeting, "Wow!") joins the one after it, or the one before at the end.
     groups = [[0]]
     for i in range(1, len(sents)):
         first = tx.words(sents[i])[:1]
@@ -305,6 +281,39 @@ def segment(text: str, embed: Embed, cal: Calibration) -> tuple[list[str], float
             groups.append([i])
     if len(groups) > 1 and content(groups[-1]) < cal.split_min_content:
         groups[-2:] = [groups[-2] + groups[-1]]
+    return groups
+
+
+def segment_sentences(text: str, cal: Calibration) -> list[str]:
+    """The sentences ``segment`` embeds for ``text``: none when it has one sentence or more than
+    ``SEGMENT_MAX_SENTENCES``, or when its sentences form one group before any similarity is measured."""
+    sents = tx.sentences(text)
+    if not 2 <= len(sents) <= SEGMENT_MAX_SENTENCES or len(_standalone_groups(sents, cal)) < 2:
+        return []
+    return sents
+
+
+def split_sentences_to_embed(focal: UnitView, ops: Sequence[str], cal: Calibration) -> list[str]:
+    """The sentences ``diagnose`` embeds for ``focal`` (Split of a single-record unit), in order."""
+    return segment_sentences(focal.text, cal) if "split" in ops and focal.n_records == 1 else []
+
+
+def segment(text: str, embed: Embed, cal: Calibration) -> tuple[list[str], float]:
+    """Contiguous topic segments of ``text`` (verbatim sentence groups) and the max between-segment cosine.
+
+    Sentences that cannot stand alone join a neighbour first (``_standalone_groups``); then adjacent groups whose
+    centroids are at least ``split_join`` similar are joined, most similar pair first, until no pair qualifies.
+    Sentences are embedded only when there are two groups to compare (``segment_sentences``).
+    """
+    sents = segment_sentences(text, cal)
+    if not sents:
+        return [text.strip()], 1.0
+    groups = _standalone_groups(sents, cal)
+    vecs = np.asarray(embed(sents), dtype=np.float64)
+
+    def centroid(g: list[int]) -> np.ndarray:
+        return vecs[g].mean(axis=0)
+
     while len(groups) > 1:
         sims = [_cos(centroid(groups[k]), centroid(groups[k + 1])) for k in range(len(groups) - 1)]
         k = int(np.argmax(sims))
@@ -336,7 +345,7 @@ def diagnose(
     """All proposals for one local context, in a fixed order (split, merge, update; context order within)."""
     out: list[Proposal] = []
     ctx = [c for c in context if c.id != focal.id]
-    if embed is not None and split_sentences(focal, ops):
+    if embed is not None and split_sentences_to_embed(focal, ops, cal):
         p, why, _ = split_confidence(focal, embed, cal)
         if p > 0.0:
             out.append(Proposal("split", (focal.id,), p, why))
