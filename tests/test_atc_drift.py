@@ -20,6 +20,7 @@ from allmem.memory.atc.drift import (
     ramp,
     segment,
     split_confidence,
+    split_sentences_to_embed,
     update_confidence,
 )
 
@@ -168,6 +169,26 @@ def test_split_keeps_a_coherent_story_whole() -> None:
     embed = topic_embed({s[0]: [1.0, 0.1], s[1]: [0.9, 0.3], s[2]: [1.0, 0.2]})
     p, why, segs = split_confidence(unit("u", " ".join(s), 1), embed, CAL)
     assert p == 0.0 and segs == [" ".join(s)] and why == "one topic"
+
+
+def test_split_embeds_only_sentences_that_form_two_groups() -> None:
+    """A greeting plus a question leans into one group before any similarity: nothing is embedded and the text is
+    one segment, as before (when its sentences were embedded and then not used); two facts are embedded once."""
+    calls: list[list[str]] = []
+
+    def spy(texts: list[str]) -> np.ndarray:
+        calls.append(list(texts))
+        return np.eye(len(texts), dtype=np.float64)
+
+    text = "Hey Bob! How was the trip?"
+    assert split_sentences_to_embed(unit("u", text, 1), ("split",), CAL) == []
+    assert segment(text, spy, CAL) == ([text], 1.0) and calls == []
+    two = "I went hiking at Zion on Saturday. My sister works as a nurse."
+    sents = ["I went hiking at Zion on Saturday.", "My sister works as a nurse."]
+    assert split_sentences_to_embed(unit("u", two, 1), ("split",), CAL) == sents
+    assert split_sentences_to_embed(unit("u", two, 1), ("merge",), CAL) == []  # Split off: nothing to embed
+    segment(two, spy, CAL)
+    assert calls == [sents]
 
 
 # ---------------------------------------------------------------- diagnose
