@@ -70,7 +70,8 @@ def load_average() -> str:
 def start(args: list[str], cache: Path, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
     env.update(
-        ALLMEM_CACHE=str(cache), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=str(ROOT),
+        ALLMEM_CACHE=str(cache), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+        PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
         HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false", WANDB_MODE="disabled",
     )  # fmt: skip
     env.update(extra_env or {})
