@@ -105,7 +105,6 @@ def seed_export(embedder: str, work: Path) -> Path | None:
     copied into each cold cache, so the runs time embedding and not a one-off export. None for torch."""
 
     from hydra import compose, initialize_config_dir
-    from hydra.utils import instantiate
 
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base=None):
         node = compose("config", overrides=[f"embedder={embedder}"]).embedder
@@ -113,12 +112,23 @@ def seed_export(embedder: str, work: Path) -> Path | None:
         return None
     seed = work / "onnx_seed" / embedder
     if not (seed / "embeddings" / "onnx").is_dir():
-        emb = instantiate(node, cache_dir=seed / "embeddings")
-        emb.encode(["export the model once"])
-        emb.close()
+        # in a child process: a run forked from a parent that loaded torch would report the parent's memory as
+        # its own peak RSS (Linux carries the high-water mark across fork and exec)
+        subprocess.run([sys.executable, __file__, "--export-only", embedder, str(seed)], check=True)
         for p in (seed / "embeddings").glob("embeddings.sqlite*"):
             p.unlink()
     return seed / "embeddings" / "onnx"
+
+
+def export_only(embedder: str, seed: Path) -> None:
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base=None):
+        node = compose("config", overrides=[f"embedder={embedder}"]).embedder
+    emb = instantiate(node, cache_dir=seed / "embeddings")
+    emb.encode(["export the model once"])
+    emb.close()
 
 
 def measure(args: list[str], root: Path, cache: Path, seed: Path | None = None) -> dict[str, Any]:
@@ -290,4 +300,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--export-only"]:
+        export_only(sys.argv[2], Path(sys.argv[3]))
+        sys.exit(0)
     sys.exit(main())
