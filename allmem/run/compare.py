@@ -21,11 +21,14 @@ from allmem.run.identity import identity_of
 
 # Fields that may differ between two runs of the same config on the same data and code, and only those: timings
 # (latencies, wall clocks, per-event means of them), whether an LLM reply came from the cache and the counts
-# derived from that flag, attempt and retry numbers, timestamps, and the process that ran it (pid, argv). A key
+# derived from that flag, whether a bank and its ATC events came from the bank cache (``bank_cache``, ``reused``;
+# its ingestion calls are booked either way), attempt and retry numbers, timestamps, and the process that ran it
+# (pid, argv). A key
 # matching one of these glob patterns is left out wherever it occurs, in every file. docs/DESIGN.md states it.
 SAME_RESULT_IGNORES: tuple[str, ...] = (
     "*latency*", "*_ms", "*_ms_*", "*_s", "*_s_*",  # timings: latency_ms, write_describe_ms, wall_s, ingest_s
     "cached", "spent_tokens_*",  # a cached reply and what it spared (the cache state on this machine)
+    "bank_cache", "reused",  # a bank loaded from the bank cache, and the ATC events that came with it
     "attempt", "attempts", "retries",  # how many tries it took
     "*_at", "pid", "argv",  # when and by which process
 )  # fmt: skip
