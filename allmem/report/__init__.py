@@ -89,10 +89,11 @@ def _overview(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Expected errors (a run folder that cannot be read as a run, a refused mix of runs) print one line."""
     from allmem.errors import ConfigError
+    from allmem.types import RecordError
 
     try:
         return _main(list(argv or []))
-    except ConfigError as exc:
+    except (ConfigError, RecordError) as exc:  # RecordError: a run file that is not JSON, named
         print(f"allmem report: error: {exc}", file=sys.stderr)
         return 1
 

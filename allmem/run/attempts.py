@@ -138,12 +138,8 @@ def provenance(data_files: Iterable[Path], backend: dict[str, Any]) -> dict[str,
 
 def _read_manifest(run_dir: Path) -> dict[str, Any]:
     path = run_dir / files.MANIFEST
-    if not path.exists():
-        return {}
-    try:  # written atomically by allmem, so a bad manifest was changed by something else: refuse, name it
-        manifest = json.loads(path.read_bytes())
-    except (ValueError, RecursionError) as exc:
-        manifest = exc
+    # written atomically by allmem, so a bad manifest was changed by something else: refuse, name it
+    manifest = files.read_json(path, None) if path.exists() else {}
     if not isinstance(manifest, dict):
         raise RunCorrupt(
             f"{path}: not a JSON object; allmem writes it whole, so something else changed it: restore it, or "

@@ -225,6 +225,20 @@ def write_json(path: Path, obj: Any) -> None:
     write_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
+_RAISE: Any = object()
+
+
+def read_json(path: Path, default: Any = _RAISE) -> Any:
+    """A whole JSON file (metrics, a manifest, a cache index). ``default`` when it is missing or unreadable, if
+    given; else a ``RecordError`` naming the file. The one JSON-file reader."""
+    try:
+        return json.loads(Path(path).read_bytes())
+    except (OSError, ValueError, RecursionError) as exc:
+        if default is not _RAISE:
+            return default
+        raise RecordError(f"{path}: not readable as JSON ({str(exc)[:80]})") from None
+
+
 def iter_jsonl(path: Path, whole: bool = False) -> Iterator[tuple[int, Any]]:
     """``(line number, value)`` for each line of a JSONL file; blank lines are skipped. A last line with no
     newline that does not parse is a torn tail (a process killed mid-write) and is left out; any other bad line

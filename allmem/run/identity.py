@@ -179,18 +179,10 @@ def credential_override(argv: Iterable[str]) -> str | None:
 def recorded_hash(run_dir: Path) -> str | None:
     """The identity hash a complete run recorded (``metrics.json`` ``run.config_hash``), else computed from its
     stored config and the data digest of its first attempt."""
-    try:
-        metrics = json.loads((run_dir / files.METRICS).read_text(encoding="utf-8"))
-        if (metrics.get("run") or {}).get("config_hash"):
-            return str(metrics["run"]["config_hash"])
-    except (OSError, ValueError):
-        pass
-    if not (run_dir / files.CONFIG).exists():
-        return None
-    try:
-        manifest = json.loads((run_dir / files.MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        manifest = {}
+    recorded = (files.read_json(run_dir / files.METRICS, {}).get("run") or {}).get("config_hash")
+    if recorded or not (run_dir / files.CONFIG).exists():
+        return str(recorded) if recorded else None
+    manifest = files.read_json(run_dir / files.MANIFEST, {})
     digest = next(
         (a.get("data_digest") for a in manifest.get("attempts") or () if a.get("data_digest")), None
     )
@@ -213,10 +205,7 @@ def reusable(run_dir: Path, cfg: DictConfig, digest: str) -> bool:
         )
     from allmem.fingerprint import source_fingerprint
 
-    try:
-        made_by = json.loads((run_dir / files.MANIFEST).read_text(encoding="utf-8")).get("code")
-    except (OSError, ValueError):
-        made_by = None
+    made_by = files.read_json(run_dir / files.MANIFEST, {}).get("code")
     if made_by != source_fingerprint():  # reused as asked, but never silently (the paper targets refuse it)
         logging.getLogger("allmem.run").warning(
             "%s was made by other code (source fingerprint %s, this code %s); delete it to run it again",
