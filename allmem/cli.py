@@ -15,7 +15,6 @@ line and exit 128 + the signal (130, 143). HYDRA_FULL_ERROR=1 shows the tracebac
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -23,6 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from allmem.run import files
 
 USAGE = __doc__ or ""
 
@@ -95,8 +96,7 @@ def _run(argv: list[str]) -> int:
               "rerun the same command to resume", file=sys.stderr)  # fmt: skip
         return 128 + signum
     finally:
-        lines = Path(ledger).read_text(encoding="utf-8").splitlines()
-        points = sorted((json.loads(line) for line in lines if line.strip()), key=lambda p: p["num"])
+        points = sorted(files.read_jsonl(Path(ledger)), key=lambda p: p["num"])
         Path(ledger).unlink(missing_ok=True)
     labels = _point_labels([p["overrides"] for p in points])
     failed = [f"#{p['num']} {label}" for p, label in zip(points, labels, strict=True) if p["error"]]
@@ -145,15 +145,10 @@ def _sweep_point() -> dict[str, Any] | None:
 
 
 def _note_point(point: dict[str, Any]) -> None:
-    """Append the point's outcome to the sweep's file: one short line, one ``O_APPEND`` write (whole lines even
-    when parallel workers write at once)."""
-    path = os.environ.get(_POINTS_ENV)
-    if path:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-        try:
-            os.write(fd, (json.dumps(point) + "\n").encode())
-        finally:
-            os.close(fd)
+    """Append the point's outcome to the sweep's file: one short line in one append (whole lines even when
+    parallel workers write at once)."""
+    if path := os.environ.get(_POINTS_ENV):
+        files.append_jsonl(Path(path), point)
 
 
 def _point_labels(points: list[list[str]]) -> list[str]:
