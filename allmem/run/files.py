@@ -106,21 +106,17 @@ def write_atomic(path: Path, data: str | bytes) -> None:
     """Write text (UTF-8) or bytes via a temporary file and rename, so a reader never sees half a file. The file
     gets the mode the umask gives any new file (``mkstemp`` would make it 0600, unreadable to a teammate sharing
     the results)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with os.fdopen(fd, "wb") as fh:
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "xb") as fh:  # created 0666 less the umask
             fh.write(data if isinstance(data, bytes) else data.encode("utf-8"))
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+
+    try:
+        write_via(path, write)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         _named(exc, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def write_via(path: Path, write: Callable[[Path], None]) -> Path:
