@@ -74,8 +74,9 @@ def _records(path: Path) -> dict[str, Any]:
     return out
 
 
-def _manifest_view(path: Path) -> dict[str, Any]:
-    """The manifest without ignored fields; ``data`` by content only (where the data lay is placement)."""
+def _json_view(path: Path) -> dict[str, Any]:
+    """Metrics or the manifest without ignored fields ({} when absent); the manifest's ``data`` by content only
+    (where the data lay is placement)."""
     data = files.read_json(path) if path.exists() else {}
     if isinstance(data.get("data"), dict):
         data["data"] = sorted(data["data"].values())
@@ -94,11 +95,8 @@ def same_result(a: Path, b: Path, limit: int = 5) -> list[str]:
             out.append(f"{name}: only in {'A' if (a / name).exists() else 'B'}")
     ia, ib = (identity_of(files.read_config_data(p)) for p in (a, b))
     _diff(ia, ib, files.CONFIG, out, limit)
-    ja, jb = (
-        _strip(files.read_json(p / files.METRICS)) if (p / files.METRICS).exists() else {} for p in (a, b)
-    )
-    _diff(ja, jb, files.METRICS, out, limit)
-    _diff(_manifest_view(a / files.MANIFEST), _manifest_view(b / files.MANIFEST), files.MANIFEST, out, limit)
+    for name in (files.METRICS, files.MANIFEST):
+        _diff(_json_view(a / name), _json_view(b / name), name, out, limit)
     for name in _COMPARED:
         ra, rb = _records(a / name), _records(b / name)
         if name == files.PREDICTIONS:
