@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from allmem.run import files
-from allmem.run.identity import identity_of, recorded_hash
+from allmem.run.identity import identity, recorded_hash
 
 # Fields that may differ between two runs of the same config on the same data and code, and only those: timings
 # (latencies, wall clocks, per-event means of them), whether an LLM reply came from the cache and the counts
@@ -93,7 +93,7 @@ def same_result(a: Path, b: Path, limit: int = 5) -> list[str]:
     for name in (files.CONFIG, files.METRICS, files.MANIFEST, *_COMPARED, files.DONE):
         if (a / name).exists() != (b / name).exists():
             out.append(f"{name}: only in {'A' if (a / name).exists() else 'B'}")
-    ia, ib = (identity_of(files.read_config_data(p)) for p in (a, b))
+    ia, ib = (identity(files.read_config_data(p)) for p in (a, b))
     _diff(ia, ib, files.CONFIG, out, limit)
     for name in (files.METRICS, files.MANIFEST):
         _diff(_json_view(a / name), _json_view(b / name), name, out, limit)

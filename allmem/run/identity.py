@@ -51,11 +51,7 @@ def _drop_keys(data: dict[str, Any], prefixes: Iterable[str], parent: str = "") 
 def identity(cfg: DictConfig | dict[str, Any]) -> dict[str, Any]:
     """The resolved config without the keys in ``NOT_IDENTITY``: what a run's results depend on, besides data.
     A plain dict (a stored config, ``files.read_config_data``) is taken as it is, never resolved."""
-    return identity_of(cfg if isinstance(cfg, dict) else files.plain(cfg))
-
-
-def identity_of(data: dict[str, Any]) -> dict[str, Any]:
-    return _drop_keys(data, NOT_IDENTITY)
+    return _drop_keys(cfg if isinstance(cfg, dict) else files.plain(cfg), NOT_IDENTITY)
 
 
 def data_digest(cfg: DictConfig) -> str:
