@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 
 from omegaconf import DictConfig, OmegaConf
 
+from allmem.errors import ConfigError
 from allmem.types import RecordError
 
 CONFIG = "config.yaml"
@@ -61,8 +62,6 @@ def read_config_data(run_dir: Path) -> dict[str, Any]:
     (``${oc.env:KEY}`` stays that text) or instantiates a ``_target_``. A file that is not a YAML mapping is a
     ``ConfigError`` naming it."""
     import yaml
-
-    from allmem.errors import ConfigError
 
     path = Path(run_dir) / CONFIG
     try:

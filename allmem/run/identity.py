@@ -14,6 +14,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from allmem.errors import ConfigError
 from allmem.paths import resolve_data_path  # importing it also registers the ${allmem.repo:...} resolver
 from allmem.run import files
 
@@ -120,8 +121,6 @@ def resolve(cfg: DictConfig, overrides: Iterable[str] = (), data: str | None = N
 def checked_name(name: str) -> str:
     """``run.name`` as a folder under ``run.root``: relative, and no part ``..``, ``.`` or empty (a name that
     escapes the root, or is the root itself, could write into or mistake another folder for a run)."""
-    from allmem.errors import ConfigError
-
     parts = name.split("/")
     if name.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\0" in name:
         raise ConfigError(
@@ -150,8 +149,6 @@ _CREDENTIALS = "holds credentials (user:password@host); put the key in the varia
 def refuse_credentials(data: Any, where: str = "") -> None:
     """Refuse a config holding a URL with credentials (``llm.base_url``) before anything is written: the URL
     would reach the run directory's name, config.yaml, the manifest and metrics. The message never repeats it."""
-    from allmem.errors import ConfigError
-
     if isinstance(data, dict):
         for key, value in data.items():
             refuse_credentials(value, f"{where}.{key}" if where else str(key))
@@ -193,8 +190,6 @@ def reusable(run_dir: Path, cfg: DictConfig, digest: str) -> bool:
         return False
     want, have = config_hash(cfg, digest), recorded_hash(run_dir)
     if have != want:
-        from allmem.errors import ConfigError
-
         raise ConfigError(
             f"{run_dir}: holds a complete run of another config or data (hash {have}, this one {want}); "
             "choose another run.name or delete the folder"
@@ -225,8 +220,6 @@ def complete_twin(run_dir: Path) -> Path | None:
 def prepare(run_dir: Path, cfg: DictConfig) -> None:
     """Create the directory and write the resolved config; refuse to resume a run made with another config
     (the data are compared per attempt, ``allmem.run.attempts.begin``)."""
-    from allmem.errors import ConfigError
-
     run_dir.mkdir(parents=True, exist_ok=True)
     text = OmegaConf.to_yaml(cfg, resolve=True)
     path = run_dir / files.CONFIG
