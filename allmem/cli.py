@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from allmem.errors import ConfigError, Interrupted, expected_errors, is_environment_error, one_line
 from allmem.run import files
 
 USAGE = __doc__ or ""
@@ -47,8 +48,6 @@ def _run(argv: list[str]) -> int:
     if not config_dir().is_dir():
         print(f"allmem: config folder not found: {config_dir()}", file=sys.stderr)
         return 2
-
-    from allmem.errors import Interrupted, expected_errors, is_environment_error, one_line
 
     expected = expected_errors()
     from allmem.run.identity import credential_override
@@ -112,7 +111,6 @@ def _log_sealed(cfg: Any, run_dir: Path) -> None:
     a complete run behind. The runner never imports the report package."""
     if not cfg.get("wandb", {}).get("enabled", False):
         return
-    from allmem.errors import ConfigError, one_line
     from allmem.report.wandb_log import log_run
 
     try:
@@ -128,8 +126,6 @@ _POINTS_ENV = "ALLMEM_SWEEP_POINTS"
 
 
 def _raise_interrupted(signum: int, frame: object) -> None:
-    from allmem.errors import Interrupted
-
     raise Interrupted(signum)
 
 
