@@ -21,7 +21,7 @@ from pathlib import Path
 
 import tiktoken
 
-from allmem import cache_store
+from allmem import cache_store, paths
 from allmem.run import files
 
 ENCODING = "o200k_base"
@@ -40,13 +40,6 @@ _BLOBS: dict[str, tuple[str, str]] = {
 }
 
 _LOCK = threading.Lock()
-
-
-def _default_cache_root() -> Path:
-    """The project cache folder (``allmem.paths.cache_dir()``: env ``ALLMEM_CACHE``, else ``<repo>/.cache``)."""
-    from allmem.paths import cache_dir
-
-    return cache_dir()
 
 
 def _bundled_bpe(name: str) -> bytes:
@@ -71,7 +64,7 @@ def seed_tiktoken_cache(cache_dir: Path | str | None = None, names: tuple[str, .
     elif os.environ.get("TIKTOKEN_CACHE_DIR"):
         folder = Path(os.environ["TIKTOKEN_CACHE_DIR"])
     else:
-        folder = _default_cache_root() / "tiktoken"
+        folder = paths.cache_dir() / "tiktoken"
     folder.mkdir(parents=True, exist_ok=True)
     for name in names:
         if name not in _BLOBS:
