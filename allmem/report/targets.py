@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from allmem import cache_store
 from allmem.defaults import PRIMARY
-from allmem.paths import cache_dir, config_dir
+from allmem.paths import cache_dir, config_dir, resolve_data_path
 from allmem.report.runs import Run, by_hash, find_runs
 from allmem.run import files, identity
 
@@ -167,8 +167,6 @@ def _digest(dataset: str, path: str | None, stamp: tuple[int, int]) -> str:
 
 def _data_digest(dataset: str, path: str | None) -> str:
     """The runner's data digest, computed once per file version (size and modification time)."""
-    from allmem.paths import resolve_data_path
-
     st = resolve_data_path(dataset, path).stat()
     return _digest(dataset, path, (st.st_size, st.st_mtime_ns))
 
