@@ -66,11 +66,6 @@ def invalid_note(runs: Sequence[Any]) -> str:
     return f"4o-J invalid verdicts (not in its denominator): {'; '.join(parts)}." if parts else ""
 
 
-def judge_variant(record: Mapping[str, Any]) -> str:
-    """default | temporal | update | preference | abstention (the ``allmem`` protocol's rule)."""
-    return as_protocol("allmem").judge_variant(record)
-
-
 def judge_template(record: Mapping[str, Any], protocol: str | Protocol) -> str:
     return as_protocol(protocol).judge_template(record)
 
