@@ -80,9 +80,5 @@ class ScriptedBackend:
         text = reply if isinstance(reply, str) else json.dumps(reply, ensure_ascii=False)
         return BackendReply(text=text)
 
-    def remaining(self, template: str) -> int:
-        """Scripted replies not yet used for ``template``."""
-        return len(self._queues.get(template, ()))
-
     def close(self) -> None:
         """Nothing to release."""
