@@ -22,8 +22,6 @@ from typing import Any
 
 from allmem.llm.base import BackendReply, ChatRequest, LLMError
 
-Reply = str | Mapping[str, Any] | list[Any]
-
 
 class ScriptedBackend:
     """Answers from a per-template script; records every request it saw (``seen``) for assertions."""
