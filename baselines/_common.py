@@ -249,11 +249,6 @@ def _keywords(text: str, speakers: tuple[str, ...]) -> tuple[str, ...]:
     return _KEYWORDS(text, speakers=speakers)
 
 
-@lru_cache(maxsize=1 << 15)
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(_KEYWORDS.names(text))
-
-
 def keywords(text: str, speakers: Iterable[str] = ()) -> tuple[str, ...]:
     """``allmem.text.keywords`` (speakers, YAKE phrases, names, dates, numbers), memoised per text."""
     return _keywords(text, tuple(speakers))
@@ -264,9 +259,10 @@ def phrases(text: str) -> tuple[str, ...]:
     return tuple(_KEYWORDS.phrases(text))
 
 
+@lru_cache(maxsize=1 << 15)
 def names(text: str) -> tuple[str, ...]:
     """Capitalised names in ``text``, memoised per text."""
-    return _names(text)
+    return tuple(_KEYWORDS.names(text))
 
 
 def unique(items: Sequence[str]) -> list[str]:
