@@ -23,7 +23,6 @@ import pandas as pd
 from allmem.report.runs import Run
 from allmem.report.tables import markdown
 
-ATC_PHASES = ("diagnose", "plan_split", "plan_merge", "plan_update")
 DEFINITIONS = (
     "Write: wall time of ingestion minus ATC runs, per turn written; tokens: the write phase's LLM calls (in + out).",
     "Retrieve: wall time of system.retrieve per query (query embedding and search, no generation; p50 in brackets);"

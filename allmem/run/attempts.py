@@ -32,9 +32,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from allmem.errors import ConfigError, RunCorrupt, RunLocked
+from allmem.errors import ConfigError, RunCorrupt, RunLocked, expected_errors, is_environment_error
 from allmem.fingerprint import source_fingerprint
 from allmem.llm.ledger import totals_of
+from allmem.paths import repo_root
 from allmem.run import files
 from allmem.types import RECORD_VERSION, Dialogue
 
@@ -47,8 +48,6 @@ def _declared_packages() -> list[str]:
     list is never kept by hand. Extras (dev, slurm) are left out."""
     import re
     import tomllib
-
-    from allmem.paths import repo_root
 
     pyproject = repo_root() / "pyproject.toml"
     try:
@@ -138,12 +137,8 @@ def provenance(data_files: Iterable[Path], backend: dict[str, Any]) -> dict[str,
 
 def _read_manifest(run_dir: Path) -> dict[str, Any]:
     path = run_dir / files.MANIFEST
-    if not path.exists():
-        return {}
-    try:  # written atomically by allmem, so a bad manifest was changed by something else: refuse, name it
-        manifest = json.loads(path.read_bytes())
-    except (ValueError, RecursionError) as exc:
-        manifest = exc
+    # written atomically by allmem, so a bad manifest was changed by something else: refuse, name it
+    manifest = files.read_json(path, None) if path.exists() else {}
     if not isinstance(manifest, dict):
         raise RunCorrupt(
             f"{path}: not a JSON object; allmem writes it whole, so something else changed it: restore it, or "
@@ -255,8 +250,6 @@ def readable_records(run_dir: Path) -> list[dict[str, Any]]:
 def ended_by(exc: BaseException) -> str:
     """The status of an attempt that an exception ended: ``failed`` for an expected error (the user's to fix: a
     corrupt file, a full disk, a refused config, ...), ``crashed`` for anything else (a bug)."""
-    from allmem.errors import expected_errors, is_environment_error
-
     return "failed" if isinstance(exc, expected_errors()) or is_environment_error(exc) else "crashed"
 
 
