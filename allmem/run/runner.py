@@ -32,7 +32,7 @@ from allmem.metrics import score_records
 from allmem.metrics.judge import invalid_warning
 from allmem.metrics.protocols import Protocol
 from allmem.metrics.retrieval import rank_source_ids
-from allmem.run import attempts, files, identity, parallel, preflight
+from allmem.run import attempts, files, identity, parallel, preflight, shards
 from allmem.systems import MemorySystem, Resources
 from allmem.types import AnswerInfo, AnswerRequest, Dialogue, Prediction, Question
 from benchmarks import load_dataset
@@ -178,25 +178,39 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
     t_start = time.perf_counter()
     # Everything that can fail on input or config fails here, before the run directory exists.
     preflight.check_config(cfg)
+    shard = shards.parse(cfg.run.get("shard"))
+    parallel.workers(cfg)  # a bad run.workers is refused here
     dialogues = load_dataset(cfg.dataset)
     input_counts = preflight.check_data(dialogues, cfg)
     protocol: Protocol = _built("protocol", lambda: instantiate(cfg.protocol))
-    svc = Services.build(cfg, run_dir)
+    # a shard writes into its own folder under its own lock (allmem.run.shards); a run into the run directory
+    out_dir = run_dir if shard is None else shards.folder(run_dir, shard)
+    mine = dialogues if shard is None else shards.select(dialogues, shard)
+    svc = Services.build(cfg, out_dir)
     backend = _backend(cfg, svc.llm, svc.embedder)
     data_files = sorted({Path(d.source) for d in dialogues if d.source})
+    seal_info = {
+        "label": identity.run_label(cfg, overrides),
+        "config_hash": identity.config_hash(cfg, digest),
+        "backend": backend,
+        "inputs": input_counts,
+    }
 
-    with attempts.RunLock(run_dir):
+    with attempts.RunLock(out_dir):
         if identity.reusable(run_dir, cfg, digest):  # another process finished it while this one was starting
             print(f"[allmem] skip (complete): {run_dir}")
             return run_dir
-        identity.prepare(run_dir, cfg)
-        attempt = attempts.begin(run_dir, data_files, backend, digest)
+        if shard is not None:
+            shards.check_layout(run_dir, shard)
+        identity.prepare(run_dir, shards.unsharded(cfg))
+        attempt = attempts.begin(out_dir, data_files, backend, digest)
         status, stopped = "crashed", None
         try:  # from here on, however the attempt ends (an error, Ctrl-C, SIGTERM), the manifest says how
             if svc.ledger is not None:
                 svc.ledger.set_attempt(attempt)
-            done, redo = attempts.resume(run_dir, dialogues)
-            stopped = _answer_all(cfg, svc, protocol, dialogues, done, set(redo), attempt)
+            parallel.recover(out_dir)  # parts a killed attempt left go into the run files first
+            done, redo = attempts.resume(out_dir, mine)
+            stopped = _answer_all(cfg, svc, protocol, mine, done, set(redo), attempt)
             status = "stopped" if stopped else "finished"
         except KeyboardInterrupt:
             status = "interrupted"
@@ -206,36 +220,44 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
             status = attempts.ended_by(exc)
             raise
         finally:
-            records = attempts.readable_records(run_dir)
+            records = attempts.readable_records(out_dir)
             failed = [r for r in records if r.get("error") is not None]
             if status == "finished":
                 status = "failed" if failed else "complete"
             attempts.end(
-                run_dir, attempt, status, answered=len(records) - len(failed), failed=len(failed),
+                out_dir, attempt, status, answered=len(records) - len(failed), failed=len(failed),
                 failed_ids=[r["question_id"] for r in failed][:100],
                 last_error=str(stopped) if stopped else (failed[-1]["error"] if failed else None),
                 wall_s=round(time.perf_counter() - t_start, 3),
             )  # fmt: skip
         if status != "complete":
-            raise RunFailed(_summary(records, failed, stopped, svc, run_dir))
-
-        metrics = score_records(records, protocol)
-        if warning := invalid_warning(metrics, str(run_dir)):  # allmem.metrics.judge.INVALID_WARN_RATE
-            log.warning(warning)
-        metrics["run"] = {
-            "label": identity.run_label(cfg, overrides),
-            "config_hash": identity.config_hash(cfg, digest),
-            "attempts": attempt,
-        }
-        metrics["backend"] = backend
-        metrics |= attempts.run_cost(run_dir)
-        metrics["inputs"] = input_counts
-        metrics["system"] = _system_summary(files.read_jsonl(run_dir / files.SYSTEM_STATS))
-        metrics["wall_s_last_session"] = time.perf_counter() - t_start
-        files.write_json(run_dir / files.METRICS, metrics)
-        files.write_atomic(run_dir / files.DONE, "complete\n")
+            raise RunFailed(_summary(records, failed, stopped, svc, out_dir))
+        seal_info["wall_s_last_session"] = time.perf_counter() - t_start
+        if shard is None:
+            seal(run_dir, records, protocol, seal_info | {"attempts": attempt})
+        else:
+            shards.finish(out_dir, shard, dialogues, seal_info)
+    if shard is not None and not shards.seal_if_complete(run_dir, protocol):
+        print(f"[allmem] shard {shard[0]}/{shard[1]} done; the run is sealed when every shard is: {run_dir}")
+        return run_dir
     print(f"[allmem] done: {run_dir}")
     return run_dir
+
+
+def seal(run_dir: Path, records: list[dict[str, Any]], protocol: Protocol, info: dict[str, Any]) -> None:
+    """Score a run's records and seal its directory: ``metrics.json``, then ``DONE``. ``info``: ``label``,
+    ``config_hash``, ``attempts``, ``backend``, ``inputs``, ``wall_s_last_session``."""
+    metrics = score_records(records, protocol)
+    if warning := invalid_warning(metrics, str(run_dir)):  # allmem.metrics.judge.INVALID_WARN_RATE
+        log.warning(warning)
+    metrics["run"] = {k: info[k] for k in ("label", "config_hash", "attempts")}
+    metrics["backend"] = info["backend"]
+    metrics |= attempts.run_cost(run_dir)
+    metrics["inputs"] = info["inputs"]
+    metrics["system"] = _system_summary(files.read_jsonl(run_dir / files.SYSTEM_STATS))
+    metrics["wall_s_last_session"] = info["wall_s_last_session"]
+    files.write_json(run_dir / files.METRICS, metrics)
+    files.write_atomic(run_dir / files.DONE, "complete\n")
 
 
 def _answer_all(
