@@ -22,11 +22,13 @@ one-span view of the file (``benchmarks.longmemeval.LongMemEvalFile``), which th
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
 import os
 import shutil
 import signal
+import threading
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -157,6 +159,7 @@ def answer_all(
     stopped: BaseException | None = None
     error: BaseException | None = None
     pool = _pool(n_workers, cfg_data)
+    ended = False
     try:
         while order:
             while queue and stopped is None and error is None and len(inflight) < 2 * n_workers:
@@ -193,10 +196,15 @@ def answer_all(
                 for fut, i in list(inflight.items()):
                     results[i] = BrokenProcessPool("worker died")
                     inflight.pop(fut)
-                _stop(pool)
+                pool.shutdown(wait=True, cancel_futures=True)  # its manager thread already ended the workers
                 pool = _pool(n_workers, cfg_data)
+                gc.collect()  # the broken pool's queue locks are released now, not reported leaked at exit
+        ended = error is None
     finally:
-        _stop(pool)
+        if ended:
+            pool.shutdown(wait=True)
+        else:
+            _stop(pool)
     with contextlib.suppress(OSError):  # an empty parts/ folder: every part merged
         (out_dir / files.PARTS).rmdir()
     if error is not None:
@@ -221,8 +229,8 @@ def _merge_outcome(
     if isinstance(outcome, BrokenProcessPool):
         dialogue = dialogues[i]
         why = (
-            f"worker process died while dialogue {dialogue.id} was in flight (killed, out of memory or a crash); "
-            "rerun to answer its questions"
+            f"a worker process died (killed, out of memory or a crash) while dialogue {dialogue.id} was in "
+            "flight, which ends every dialogue then in flight; rerun to answer its questions"
         )
         lost = [q for q in dialogue.questions if q.id not in done and q.id not in recorded]
         for q in lost:
@@ -261,6 +269,9 @@ def _init(cfg_data: dict[str, Any]) -> None:
     from threadpoolctl import threadpool_limits
 
     _STATE["limits"] = threadpool_limits(1)
+    from tqdm.auto import tqdm
+
+    tqdm.set_lock(threading.RLock())  # not tqdm's default multiprocessing lock, leaked when a worker is killed
     _STATE["cfg"] = OmegaConf.create(cfg_data)
 
 
