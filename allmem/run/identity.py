@@ -29,7 +29,7 @@ NOT_IDENTITY: tuple[str, ...] = (
     "llm.cache", "llm.prices", "llm.api_key_env",
     "run.bank_cache",  # where All-Mem keeps re-usable banks (a re-used bank answers the same)
     # thread pools whose results are gathered in stream / buffer order (tests/test_faults_determinism.py)
-    "method.write.describe_workers", "atc.workers",
+    "method.write.describe_workers", "method.atc.workers", "atc.workers",  # method.atc is ${atc}
 )  # fmt: skip
 # Override keys the path already shows (``<dataset>/<method>...``): not repeated in the name.
 _IN_PATH = ("dataset", "method")

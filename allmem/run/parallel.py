@@ -52,10 +52,8 @@ _ONE_THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
 
 
 def workers(cfg: DictConfig) -> int:
-    """``run.workers`` (default 1): dialogues answered at once, each in its own process."""
-    value = cfg.run.get("workers", 1)
-    if value is None:
-        return 1
+    """``run.workers`` (configs/config.yaml): dialogues answered at once, each in its own process."""
+    value = cfg.run.workers
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"run.workers: must be an integer >= 1, got {value!r}")
     return value
