@@ -260,7 +260,8 @@ _STATE: dict[str, Any] = {}
 
 
 def _init(cfg_data: dict[str, Any]) -> None:
-    """Per worker process: one native thread per pool, Ctrl-C left to the parent, the config."""
+    """Per worker process: one native thread per pool, Ctrl-C left to the parent, the config (no bars of its
+    own)."""
     for key in _ONE_THREAD_ENV:
         os.environ[key] = "false" if key == "TOKENIZERS_PARALLELISM" else "1"
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the pool and records the attempt
@@ -270,6 +271,7 @@ def _init(cfg_data: dict[str, Any]) -> None:
     from tqdm.auto import tqdm
 
     tqdm.set_lock(threading.RLock())  # not tqdm's default multiprocessing lock, leaked when a worker is killed
+    cfg_data["run"]["progress"] = False  # the parent's bar counts every worker's questions
     _STATE["cfg"] = OmegaConf.create(cfg_data)
 
 
