@@ -270,7 +270,8 @@ def _init(cfg_data: dict[str, Any]) -> None:
     _STATE["limits"] = threadpool_limits(1)
     from tqdm.auto import tqdm
 
-    tqdm.set_lock(threading.RLock())  # not tqdm's default multiprocessing lock, leaked when a worker is killed
+    # not tqdm's default multiprocessing lock: a killed worker would leak its semaphore
+    tqdm.set_lock(threading.RLock())
     cfg_data["run"]["progress"] = False  # the parent's bar counts every worker's questions
     _STATE["cfg"] = OmegaConf.create(cfg_data)
 
