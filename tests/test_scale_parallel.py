@@ -202,3 +202,26 @@ def test_a_merge_cut_short_is_redone_without_writing_a_line_twice(tmp_path):
     assert [r["question_id"] for r in _rows(out, files.PREDICTIONS)] == ["old", "q1", "q2"]
     assert [r["question_id"] for r in _rows(out, files.CALLS)] == ["q1"]  # the torn line cut
     assert not (out / files.PARTS / "000000").exists()
+
+
+def test_the_circuit_breaker_stops_every_worker_and_seals_nothing(tmp_path):
+    """An endpoint that fails every chat call: each worker's client opens its breaker after two failed calls, the
+    parent dispatches nothing more, the attempt is recorded as stopped and the run is not sealed."""
+    from tests.llm_stub import StubLLM
+
+    stub = StubLLM().start()
+    stub.script(*[("status", 500)] * 60)
+    try:
+        res = allmem_run(
+            tmp_path, "+debug=default", "dataset=locomo", "method=bm25", "llm=openai", f"llm.base_url={stub.base_url}",
+            "llm.api_key_env=SCALE_KEY", "llm.rpm=null", "llm.tpm=null", "llm.max_retries=0", "llm.breaker_after=2",
+            "run.workers=2", environ=env(SCALE_KEY="sk-scale-test"),
+        )  # fmt: skip
+    finally:
+        stub.stop()
+    assert res.rc == 1 and "then the run stopped early" in res.last_line(), res.err[-2000:]
+    (run,) = [p.parent for p in (tmp_path / "runs").rglob(files.MANIFEST)]
+    assert not (run / files.DONE).exists() and not (run / files.PARTS).exists()
+    preds = _rows(run, files.PREDICTIONS)
+    assert preds and all(p.get("error") for p in preds) and len(preds) < 14  # stopped before asking them all
+    assert json.loads((run / files.MANIFEST).read_text())["attempts"][-1]["status"] == "stopped"
