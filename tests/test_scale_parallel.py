@@ -225,3 +225,19 @@ def test_the_circuit_breaker_stops_every_worker_and_seals_nothing(tmp_path):
     preds = _rows(run, files.PREDICTIONS)
     assert preds and all(p.get("error") for p in preds) and len(preds) < 14  # stopped before asking them all
     assert json.loads((run / files.MANIFEST).read_text())["attempts"][-1]["status"] == "stopped"
+
+
+def test_a_worker_is_handed_one_longmemeval_span_not_the_file():
+    """What a worker task carries for LongMemEval: ``dialogues[i:i + 1]``, a view of one byte span that pickles
+    without any dialogue text and decodes to the same dialogue in the worker."""
+    import pickle
+
+    from benchmarks.longmemeval import load_longmemeval
+    from tests.faultkit import FIXTURES
+
+    data = load_longmemeval(FIXTURES / "longmemeval_s_tiny.json")
+    one = data[1:2]
+    blob = pickle.dumps(one)
+    assert len(one) == 1 and one[0] == data[1]
+    assert pickle.loads(blob)[0] == data[1]
+    assert data[1].sessions[0].turns[0].text.encode() not in blob  # spans, not text
