@@ -147,7 +147,11 @@ def answer_all(
     else None; an error raised in a worker is raised here once the finished parts are merged."""
     from allmem.llm.client import CircuitOpen
 
-    plan = [i for i, d in enumerate(dialogues) if d.id in redo and any(q.id not in done for q in d.questions)]
+    answered: dict[int, frozenset[str]] = {}  # per dialogue to answer, its questions already answered
+    for i, d in enumerate(dialogues):  # one pass: a LongMemEval dialogue is decoded from its span each time
+        if d.id in redo and any(q.id not in done for q in d.questions):
+            answered[i] = frozenset(q.id for q in d.questions if q.id in done)
+    plan = list(answered)
     n_workers = min(workers(cfg), max(len(plan), 1))
     cfg_data = files.plain(cfg)
     queue = deque(plan)
@@ -162,11 +166,10 @@ def answer_all(
         while order:
             while queue and stopped is None and error is None and len(inflight) < 2 * n_workers:
                 i = queue.popleft()
-                source = dialogues[i : i + 1]
-                ids = frozenset(q.id for q in source[0].questions if q.id in done)
                 part = part_dir(out_dir, i)
                 shutil.rmtree(part, ignore_errors=True)
-                inflight[pool.submit(_work, _Task(i, source, ids, attempt, str(part)))] = i
+                task = _Task(i, dialogues[i : i + 1], answered[i], attempt, str(part))
+                inflight[pool.submit(_work, task)] = i
             while order and order[0] in results:
                 i = order.popleft()
                 _merge_outcome(out_dir, dialogues, i, results.pop(i), done, attempt, bar)
