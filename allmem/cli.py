@@ -6,6 +6,7 @@
     allmem paper run|list TARGET...       run (or list) the experiments of paper tables and figures: table1 fig3
     allmem download locomo|longmemeval_s|_m|_oracle  fetch a public dataset into data/ and verify it
     allmem compare A B                    whether two run directories (or run roots) hold the same results
+    allmem merge RUN_DIR                  seal a run made in shards (run.shard=i/n) once every shard is done
 
 ``allmem run --help`` shows Hydra's help with every config group and its options. Expected errors (bad config
 or input, missing data or key, a held lock, failed questions, a full disk or read-only folder) print one line
@@ -179,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
         from allmem.run.compare import main as compare_main
 
         return int(compare_main(rest) or 0)
+    if command == "merge":
+        from allmem.run.shards import main as merge_main
+
+        return int(merge_main(rest) or 0)
     if command == "download":
         from benchmarks.download import main as download_main
 
