@@ -40,10 +40,6 @@ __all__ = [
 ]
 
 
-def _protocol(protocol: str | Protocol) -> Protocol:
-    return as_protocol(protocol)
-
-
 def _validate_all(records: Sequence[Any], places: Sequence[str]) -> list[dict[str, Any]]:
     """Validate every record and refuse duplicates (a resumed run writing a question twice would count it
     twice) and failed questions (a failed line is no result: the run must be completed first). Uniqueness is
@@ -72,7 +68,7 @@ def score_records(
     records: Sequence[Mapping[str, Any]], protocol: str | Protocol = "allmem"
 ) -> dict[str, Any]:
     """The summary for prediction records (dicts with the ``predictions.jsonl`` fields); JSON-serialisable."""
-    proto = _protocol(protocol)
+    proto = as_protocol(protocol)
     valid = _validate_all(records, [f"record {i}" for i in range(len(records))])
     return summarise(valid, proto)
 
@@ -81,7 +77,7 @@ def item_scores(
     records: Sequence[Mapping[str, Any]], protocol: str | Protocol = "allmem"
 ) -> list[dict[str, float | None] | None]:
     """Per-item metric values (None where excluded or not applicable), aligned with ``records``."""
-    proto = _protocol(protocol)
+    proto = as_protocol(protocol)
     valid = _validate_all(records, [f"record {i}" for i in range(len(records))])
     return [proto.score_item(r) if proto.includes(r) else None for r in valid]
 
@@ -96,7 +92,7 @@ def load_predictions(path: str | Path) -> list[dict[str, Any]]:
 
 def score_file(path: str | Path, protocol: str | Protocol = "allmem") -> dict[str, Any]:
     """``score_records`` over a predictions JSONL file."""
-    proto = _protocol(protocol)
+    proto = as_protocol(protocol)
     return score_records(load_predictions(path), proto)
 
 
