@@ -216,7 +216,9 @@ def projection(rows: dict[str, dict[str, Any]], embedder: str, efficiency: float
     total_ms = sum(r["cpu_ms"] for r in rows.values())
     e = efficiency if efficiency else 1.0
     e_note = (
-        f"E = {e:.2f} (measured 2-process efficiency)" if efficiency else "E = 1 (ideal: not measured here)"
+        f"E = {e:.2f} (speed-up / 2 of run.workers=2, else of two shards, measured above)"
+        if efficiency
+        else "E = 1 (ideal: not measured here)"
     )
     print(f"\n## Projected full LongMemEval-s Table 1 (embedder={embedder}, offline, {len(rows)} methods)")
     print(
