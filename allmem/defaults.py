@@ -1,12 +1,6 @@
-"""The one home of every default is ``configs/``; code builds its settings from a config node, never guesses one.
-
-Why: when the YAML and the dataclasses both held defaults they drifted, and keeping them equal took a validator
-per dataclass and sync tests. Now the settings dataclasses (``WriteConfig``, ``RetrievalConfig``, ``ATCConfig``,
-``ProbeConfig``) declare no defaults and are built by ``from_node``, which names every unknown and every missing
-key in one line. A run gets its nodes from Hydra's composed config; library code without Hydra gets the paper's
-values with ``method_node("allmem")`` (``configs/method/allmem.yaml`` read with OmegaConf alone) and changes what
-it needs: ``paper(RetrievalConfig, K=4)``.
-"""
+"""Settings built from ``configs/``, the one home of every default (docs/DESIGN.md, "Configuration"): ``from_node``
+builds a settings dataclass from its node; without Hydra, ``paper(RetrievalConfig, K=4)`` takes the paper's values
+(``method_node("allmem")``) and changes what it needs."""
 
 from __future__ import annotations
 

@@ -1,19 +1,5 @@
-"""The attempts of one run: its lock, the manifest's list of attempts, and records kept true across resumes.
-
-A run may take several attempts (killed, an LLM outage, a fix and a rerun). Each attempt:
-
-- holds the directory's lock (``RunLock``: an OS file lock, released by the kernel when the process dies, so a
-  second process fails at once naming the holder and a stale lock after kill -9 never blocks);
-- is listed in ``manifest.json`` (``attempts``: number, start and end, status, git sha, source fingerprint
-  (``code``), data hash, argv, counts),
-  so resuming never loses the first attempt's provenance;
-- starts by cutting every JSON-lines file back to its last complete line, dropping failed prediction lines
-  (their questions are asked again) and the system-stats and ATC-event lines of every dialogue it will ingest
-  again (they are written anew, so nothing is counted twice);
-- books every LLM call under its number (``calls.jsonl`` keeps all of them: that money was spent). ``run_cost``
-  sums the calls behind the kept results (``cost``, equal to an uninterrupted run's) and all of them
-  (``cost_all_attempts``).
-"""
+"""The attempts of one run: its lock (``RunLock``), the manifest's list of attempts, and the records kept true
+across resumes (docs/DESIGN.md, "Failure rules of a run")."""
 
 from __future__ import annotations
 

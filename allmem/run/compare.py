@@ -1,10 +1,5 @@
-"""The comparison rule (``same_result``: whether two run directories hold the same result) and ``allmem compare``.
-
-``SAME_RESULT_IGNORES`` names what may differ between equal runs, and nothing else. Given two roots, runs are
-matched by their path under the root, else by their config hash (the same config reached through other
-overrides); each is reported "same", "differs: ..." or "missing". Exit 0 only when
-every run is the same.
-"""
+"""The comparison rule (``same_result``: whether two run directories hold the same result; what may differ is
+``SAME_RESULT_IGNORES``, nothing else) and ``allmem compare`` (docs/DESIGN.md)."""
 
 from __future__ import annotations
 

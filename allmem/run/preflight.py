@@ -1,11 +1,6 @@
-"""Checks made before a run directory exists, so a run that cannot work leaves nothing behind.
-
-``check_config`` reads only the config and the environment: the LLM key's variable name and presence, the base
-URL's form and whether anything listens there, the replay cache, the budget. ``check_data`` reads the loaded
-dialogues: no dialogues or no questions is an error; questions whose evidence matches no turn, questions or
-turns with no text are counted and logged as warnings (the counts also go into ``metrics.json``). Building the
-memory system before the directory exists (the runner does) checks the method's arguments.
-"""
+"""Checks made before a run directory exists, so a run that cannot work leaves nothing behind (docs/DESIGN.md,
+"Failure rules of a run"): ``check_config`` reads only the config and the environment, ``check_data`` the loaded
+dialogues (counted degenerate input goes into ``metrics.json`` too)."""
 
 from __future__ import annotations
 
