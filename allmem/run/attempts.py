@@ -180,7 +180,7 @@ def attempts(run_dir: Path) -> list[dict[str, Any]]:
 
 def resume(run_dir: Path, dialogues: Sequence[Dialogue]) -> tuple[set[str], list[str]]:
     """Make the directory's records true before an attempt; return the answered question ids and the ids of
-    the dialogues to ingest (again). See the module docstring for what is cut and dropped, and why."""
+    the dialogues to ingest (again). What is cut and dropped, and why: docs/DESIGN.md, "Failure rules of a run"."""
     for path in sorted(run_dir.glob("*.jsonl")):
         cut = files.repair_jsonl(path)
         if cut:
@@ -198,12 +198,8 @@ def resume(run_dir: Path, dialogues: Sequence[Dialogue]) -> tuple[set[str], list
 
 
 def check_lines(path: Path) -> None:
-    """Raise ``RunCorrupt`` naming ``path`` and the line when a complete line is not a JSON object.
-
-    allmem writes whole lines (flushed and synced) and cuts a torn last one, so such a line was made by something
-    else (a hand edit, another tool, a disk fault). The rerun refuses instead of setting the line aside and asking
-    its question again: what the line held cannot be known, and the user should see the file before trusting it.
-    """
+    """Raise ``RunCorrupt`` naming ``path`` and the line when a complete line is not a JSON object: allmem never
+    writes one, so the rerun refuses rather than set it aside (docs/DESIGN.md, "Failure rules of a run")."""
     with path.open("rb") as fh:
         for n, raw in enumerate(fh, 1):
             if not raw.endswith(b"\n") or not raw.strip():
@@ -211,10 +207,7 @@ def check_lines(path: Path) -> None:
             try:
                 ok = isinstance(json.loads(raw), dict)
                 why = "not a JSON object"
-            except (
-                ValueError,
-                RecursionError,
-            ) as exc:  # bad JSON, bad UTF-8, a 5,000-digit number, deep nesting
+            except (ValueError, RecursionError) as exc:  # bad JSON or UTF-8, huge numbers, deep nesting
                 ok, why = False, f"not valid JSON: {getattr(exc, 'msg', None) or type(exc).__name__}"
             if not ok:
                 raise RunCorrupt(
