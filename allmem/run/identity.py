@@ -18,10 +18,8 @@ from allmem.errors import ConfigError
 from allmem.paths import resolve_data_path  # importing it also registers the ${allmem.repo:...} resolver
 from allmem.run import files
 
-# Keys that place files or tune how a run executes but cannot change a result: left out of the identity hash
-# and of the directory name (a key matches itself and everything below it). The data enter the hash by content
-# (``data_digest``), so ``dataset.path`` is a placement key too. Every other key (``run.seed``, ``run.judge``,
-# the protocol, the budget, ...) changes the identity. docs/DESIGN.md lists the rule.
+# Keys that place files or tune how a run executes but cannot change a result (docs/DESIGN.md, "Run identity"):
+# left out of the identity hash and of the directory name (a key matches itself and everything below it).
 NOT_IDENTITY: tuple[str, ...] = (
     "run.root", "run.name", "run.progress", "paths", "wandb", "hydra",
     "dataset.path", "dataset.fit_dialogues", "embedder.cache_dir", "embedder.batch_size",
