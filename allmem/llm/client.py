@@ -2,17 +2,9 @@
 
 For each request it computes the cache key (also the ledger's prompt hash), serves a hit or calls the backend,
 parses the reply against the template's schema into data or a typed ``ParseFailure``, and books the call in the
-ledger with its phase. A transport failure after the backend's bounded retries becomes a failed ``ChatResult``
-(booked with ok=false and its ``error``), never an exception: one bad request must not kill a run, and the
-runner records the question it served as failed (asked again on the next run). A run of ``breaker_after``
-consecutive transport failures opens the circuit breaker: that call and every later one raise ``CircuitOpen``,
-so a dead endpoint stops the run in a few calls instead of failing every question slowly. Configuration errors
-(missing key, bad URL) and replay misses raise too: continuing would only produce a wrong run.
-
-Dry run (``dry_run=True``): no model is called. Roles that have an offline implementation are computed with it
-so the pipeline proceeds as it would; the ledger books the real model name with the token count of the
-rendered prompt and of the offline reply (or the template's ``est_tokens_out`` where there is no offline role),
-flagged ``estimated``. Summing the ledger then estimates the whole run's tokens and, priced, its cost.
+ledger. A transport failure after the backend's retries is a failed ``ChatResult``, never an exception, until
+``breaker_after`` consecutive ones open the circuit (``CircuitOpen``); configuration errors and replay misses
+raise. Failed calls, the breaker and dry runs: ``allmem/llm/README.md``.
 """
 
 from __future__ import annotations
@@ -291,6 +283,8 @@ class LLM:
         )
 
     def _dry_run(self, req: ChatRequest, model: str, key: str) -> ChatResult:
+        """No model called: the offline role's reply where there is one; booked under the real model with the
+        tokens of the prompt and of that reply (else the template's ``est_tokens_out``), flagged ``estimated``."""
         t0 = time.perf_counter()
         tokens_in = count_tokens(req.prompt_text)
         text, data, failure, error = "", None, None, "dry run: no model was called"
