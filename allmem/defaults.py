@@ -49,9 +49,7 @@ def _load(name: str) -> dict[str, Any]:
         raise ConfigError(f"no method config {path}")
     raw = OmegaConf.load(path)
     merged = OmegaConf.create()
-    for entry in raw.get(
-        "defaults", ["_self_"]
-    ):  # a method file includes its base (allmem_ref: [allmem, _self_])
+    for entry in raw.get("defaults", ["_self_"]):  # a method file includes its base (allmem_ref)
         merged = OmegaConf.merge(merged, raw if entry == "_self_" else OmegaConf.create(_load(str(entry))))
     merged.pop("defaults", None)
     out = OmegaConf.to_container(merged, resolve=False)
@@ -69,9 +67,7 @@ def group_node(group: str, option: str) -> dict[str, Any]:
 def method_node(name: str = "allmem") -> dict[str, Any]:
     """The resolved ``method`` node of ``configs/method/<name>.yaml`` (its ``atc`` inlined), without Hydra."""
     node = plain(OmegaConf.create(_load(name)))
-    return (
-        node["method"] if "method" in node else node
-    )  # All-Mem files are global (method: + atc:); others not
+    return node.get("method", node)  # All-Mem files are global (method: + atc:); others not
 
 
 def paper(cls: type[T], name: str = "allmem", **changes: Any) -> T:

@@ -1,15 +1,9 @@
-"""The embedding cache's SQLite file: one table (model, key) -> float32 blob, shared by concurrent processes.
+"""The embedding cache's SQLite file: one table (model, key) -> float32 blob, shared by concurrent processes (WAL).
 
-Why SQLite: WAL mode lets two processes read and write at once, lookups for a batch are one indexed query, and
-nothing is pickled.
-
-Why damage is repaired rather than reported: the cache is only an accelerator (every vector can be computed
-again from its text), and a damaged vector used silently changes results (NaN vectors in a real run took F1 from
-46 to 13). So every vector read is checked (width, finite, unit length) and one that fails is computed again and
-replaced, with one warning per process; a file that is not a database, is corrupt, or holds another table
-layout is moved aside (``<file>.corrupt-<time>``, kept for a look) with a warning naming it, and a new file is
-started. A busy or locked database is not damage: that error is raised as it is.
-"""
+Damage is repaired, not reported: the cache only saves time, and a damaged vector used silently changes results
+(NaN vectors once took F1 from 46 to 13). Every vector read is checked (width, finite, unit length) and computed
+again if bad; a file that is not the cache's database is moved aside and a new one started (docs/DESIGN.md,
+"Caches"). A busy or locked database is not damage: that error is raised as it is."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Reading run directories: the one module of the report that knows their file names and fields.
-
-Everything the tables and figures show comes from here: ``config.yaml`` (read as data by ``files.read_config``), ``metrics.json``,
-``manifest.json``, ``predictions.jsonl``, ``system_stats.jsonl``, ``atc_events.jsonl`` and ``calls.jsonl``. A run
-counts only when complete (``DONE`` exists); anything else is never read as a result. When the run-directory
-contract changes, this is the file to adapt.
-"""
+"""Reading run directories: the one module of the report that knows their file names and fields (docs/DESIGN.md,
+"Run directory"). A run counts only when complete (``DONE`` exists); when the run-directory contract changes,
+this is the file to adapt."""
 
 from __future__ import annotations
 

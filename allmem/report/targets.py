@@ -1,11 +1,6 @@
 """The paper targets: which experiment files each table or figure needs, and which of their points have a run.
-
-Read only: one registry for the launcher (``allmem paper run TARGET``, ``allmem/experiments.py``) and the
-summariser (``allmem report TARGET``): a target names experiment files under ``configs/experiment/``; each file
-holds its sweep in ``hydra.sweeper.params`` (the lists of methods live there, nowhere else). Both compose the
-points of those sweeps, compute each one's config hash and look up the complete run directory with that hash, so
-a run is found whatever its directory is called.
-"""
+Read only: the one registry of the launcher (``allmem paper run``, ``allmem/experiments.py``) and the summariser
+(``allmem report TARGET``); a point's run is found by config hash, whatever its folder is called (docs/DESIGN.md)."""
 
 from __future__ import annotations
 
