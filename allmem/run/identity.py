@@ -94,12 +94,7 @@ def run_label(cfg: DictConfig, overrides: Iterable[str] = ()) -> str:
         return str(cfg.run.name)
     extra = override_dirname(overrides)
     label = f"{cfg.method.name},{extra}" if extra else str(cfg.method.name)
-    return _cap(label)
-
-
-def _cap(name: str) -> str:
-    raw = name.encode("utf-8")
-    return raw[:_MAX_NAME].decode("utf-8", "ignore") if len(raw) > _MAX_NAME else name
+    return label.encode("utf-8")[:_MAX_NAME].decode("utf-8", "ignore")  # a whole label comes back as it was
 
 
 def resolve(cfg: DictConfig, overrides: Iterable[str] = (), data: str | None = None) -> Path:
@@ -210,9 +205,7 @@ def complete_twin(run_dir: Path) -> Path | None:
     label, _, digest = run_dir.name.rpartition("-")
     if not label or len(digest) != 10 or any(c not in "0123456789abcdef" for c in digest):
         return None
-    for done in sorted(run_dir.parent.glob(f"*-{digest}/{files.DONE}")):
-        return done.parent
-    return None
+    return next((done.parent for done in sorted(run_dir.parent.glob(f"*-{digest}/{files.DONE}"))), None)
 
 
 def prepare(run_dir: Path, cfg: DictConfig) -> None:
