@@ -15,6 +15,7 @@ line and exit 128 + the signal (130, 143). HYDRA_FULL_ERROR=1 shows the tracebac
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import signal
@@ -43,6 +44,8 @@ def _run(argv: list[str]) -> int:
 
     from allmem.defaults import PRIMARY
     from allmem.paths import config_dir  # also registers the resolvers the configs use
+    from allmem.run.identity import credential_override
+    from allmem.run.preflight import renamed_override
     from allmem.run.runner import run
 
     if not config_dir().is_dir():
@@ -50,14 +53,8 @@ def _run(argv: list[str]) -> int:
         return 2
 
     expected = expected_errors()
-    from allmem.run.identity import credential_override
-
-    if refused := credential_override(argv):  # before Hydra writes the overrides into its folder
-        print(f"allmem run: error: {refused}", file=sys.stderr)
-        return 1
-    from allmem.run.preflight import renamed_override
-
-    if refused := renamed_override(argv):  # Hydra would only say the old key is not in the config
+    # before Hydra starts: it writes the overrides into its folder, and would call an old key merely unknown
+    if refused := credential_override(argv) or renamed_override(argv):
         print(f"allmem run: error: {refused}", file=sys.stderr)
         return 1
 
@@ -153,6 +150,11 @@ def _point_labels(points: list[list[str]]) -> list[str]:
     return [",".join(o for o in p if o not in shared) or ",".join(p) for p in points]
 
 
+# Each command's module, whose ``main(argv)`` it runs (``run`` is Hydra's, above).
+_COMMANDS = {"score": "allmem.metrics", "report": "allmem.report", "paper": "allmem.experiments",
+             "compare": "allmem.run.compare", "download": "benchmarks.download"}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     _offline_defaults()
@@ -163,26 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "run":
         return _run(rest)
-    if command == "score":
-        from allmem.metrics import main as score_main
-
-        return int(score_main(rest) or 0)
-    if command == "report":
-        from allmem.report import main as report_main
-
-        return int(report_main(rest) or 0)
-    if command == "paper":
-        from allmem.experiments import main as paper_main
-
-        return int(paper_main(rest) or 0)
-    if command == "compare":
-        from allmem.run.compare import main as compare_main
-
-        return int(compare_main(rest) or 0)
-    if command == "download":
-        from benchmarks.download import main as download_main
-
-        return int(download_main(rest) or 0)
+    if command in _COMMANDS:  # imported only when asked for
+        return int(importlib.import_module(_COMMANDS[command]).main(rest) or 0)
     print(f"allmem: unknown command {command!r}\n{USAGE}", file=sys.stderr)
     return 2
 
