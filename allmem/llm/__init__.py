@@ -103,9 +103,7 @@ def build_llm(
     judge = dict(cfg.get("judge") or {})
     cache_cfg = dict(cfg.get("cache") or {})
 
-    cache = ResponseCache(
-        _cache_path(cache_cfg.get("path"), cache_dir), enabled=bool(cache_cfg.get("enabled", True))
-    )
+    cache = ResponseCache(cache_path(cfg, cache_dir), enabled=bool(cache_cfg.get("enabled", True)))
     ledger = Ledger(Path(run_dir) / CALLS if run_dir is not None else None, attempt=attempt)
     info = {"base_url": cfg.get("base_url"), "api_key_env": cfg.get("api_key_env")}
     return LLM(
@@ -137,13 +135,8 @@ def _backend_class(cfg: Mapping[str, Any]) -> Any:
 
 
 def cache_path(cfg_llm: Any, cache_dir: str | Path | None = None) -> Path:
-    """Where the response cache of this ``llm`` config lives (what ``build_llm`` opens)."""
-    return _cache_path(dict(plain(cfg_llm).get("cache") or {}).get("path"), cache_dir)
-
-
-def _cache_path(path: Any, cache_dir: str | Path | None) -> Path:
-    """``cache.path`` if absolute; else relative to ``cache_dir`` (default ``<project cache>/llm``)."""
-    if cache_dir is None:
-        cache_dir = paths.cache_dir() / "llm"
+    """Where the response cache of this ``llm`` config lives (what ``build_llm`` opens): ``cache.path`` if
+    absolute, else relative to ``cache_dir`` (default ``<project cache>/llm``)."""
+    path = dict(plain(cfg_llm).get("cache") or {}).get("path")
     p = Path(str(path)) if path else Path("responses.sqlite")
-    return p if p.is_absolute() else Path(cache_dir) / p
+    return p if p.is_absolute() else Path(paths.cache_dir() / "llm" if cache_dir is None else cache_dir) / p
