@@ -140,10 +140,7 @@ def find_runs(root: Path) -> list[Run]:
 
 def by_hash(runs: Iterable[Run]) -> dict[str, Run]:
     """Runs keyed by config hash; when two directories hold the same config, the newer one wins."""
-    out: dict[str, Run] = {}
-    for run in sorted(runs, key=lambda r: (r.written_at or "", str(r.path))):
-        out[run.config_hash] = run
-    return out
+    return {run.config_hash: run for run in sorted(runs, key=lambda r: (r.written_at or "", str(r.path)))}
 
 
 ALLOW_MIXED_CODE = "--allow-mixed-code"
