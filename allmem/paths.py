@@ -83,9 +83,7 @@ def cache_dir() -> Path:
     Not created here: the first writer creates it, so importing or asking has no side effect.
     """
     env = os.environ.get("ALLMEM_CACHE")
-    if env:
-        return Path(env).expanduser().resolve()
-    return repo_root() / ".cache"
+    return Path(env).expanduser().resolve() if env else repo_root() / ".cache"
 
 
 def results_dir() -> Path:
