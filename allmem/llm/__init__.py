@@ -101,11 +101,9 @@ def build_llm(
         raise LLMError(f"llm.{missing[0]}: required for backend {cfg.get('backend') or cfg['_target_']}")
     backend = factory(**{k: v for k, v in cfg.items() if k in params})
     judge = dict(cfg.get("judge") or {})
-    cache_cfg = dict(cfg.get("cache") or {})
-
-    cache = ResponseCache(cache_path(cfg, cache_dir), enabled=bool(cache_cfg.get("enabled", True)))
+    enabled = bool((cfg.get("cache") or {}).get("enabled", True))
+    cache = ResponseCache(cache_path(cfg, cache_dir), enabled=enabled)
     ledger = Ledger(Path(run_dir) / CALLS if run_dir is not None else None, attempt=attempt)
-    info = {"base_url": cfg.get("base_url"), "api_key_env": cfg.get("api_key_env")}
     return LLM(
         backend,
         cache=cache,
@@ -117,7 +115,7 @@ def build_llm(
         judge_votes=int(judge.get("n_votes", 1)),
         max_concurrency=int(cfg.get("max_concurrency", 4)),
         dry_run=bool(cfg.get("dry_run", False)),
-        info={k: v for k, v in info.items() if v},
+        info={k: cfg[k] for k in ("base_url", "api_key_env") if cfg.get(k)},
         breaker_after=int(cfg.get("breaker_after", 3)),
     )
 
