@@ -214,9 +214,8 @@ def prepare(run_dir: Path, cfg: DictConfig) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     text = OmegaConf.to_yaml(cfg, resolve=True)
     path = run_dir / files.CONFIG
-    if path.exists():
-        if config_hash(files.read_config_data(run_dir)) != config_hash(cfg):
-            raise ConfigError(
-                f"{run_dir}: holds a run made with a different config; choose another run.name or delete it"
-            )
+    if path.exists() and config_hash(files.read_config_data(run_dir)) != config_hash(cfg):
+        raise ConfigError(
+            f"{run_dir}: holds a run made with a different config; choose another run.name or delete it"
+        )
     files.write_atomic(path, text)
