@@ -215,13 +215,12 @@ class _HashCache:
             if digest in entry["hashes"]:
                 return entry["hashes"][digest]
         cfg = _compose(overrides)
-        path = cfg.dataset.get("path")
-        digest = _data_digest(str(cfg.dataset.name), None if path is None else str(path))
-        entry = {"dataset": str(cfg.dataset.name), "path": None if path is None else str(path), "hashes": {}}
-        entry["hashes"][digest] = identity.config_hash(cfg, digest)
-        self.data[key] = entry
-        self.dirty = True
-        return entry["hashes"][digest]
+        name, path = str(cfg.dataset.name), cfg.dataset.get("path")
+        path = None if path is None else str(path)
+        digest = _data_digest(name, path)
+        h = identity.config_hash(cfg, digest)
+        self.data[key], self.dirty = {"dataset": name, "path": path, "hashes": {digest: h}}, True
+        return h
 
     def save(self) -> None:
         """Write this cache's entries over what the file holds now (another instance, such as the one
