@@ -54,9 +54,8 @@ def build_report(root: Path, allow_mixed_code: bool = False) -> str:
             )
         sections += atc_sections(subset)
     done = {r.path for r in runs}
-    found = {
-        p.parent for p in root.rglob(CONFIG) if "wandb" not in p.relative_to(root).parts
-    }  # W&B's own config
+    # a run folder's W&B sub-folder writes a config.yaml of its own
+    found = {p.parent for p in root.rglob(CONFIG) if "wandb" not in p.relative_to(root).parts}
     incomplete = sorted(found - done)
     if incomplete:  # named, never silently left out
         sections.append(
