@@ -108,15 +108,6 @@ class LLM:
         """Whether judge prompts can be answered here (never offline, never in a dry run)."""
         return bool(self.backend.can_judge) and not self.dry_run
 
-    def judge_unavailable_reason(self) -> str | None:
-        if self.dry_run:
-            return "dry run: no model was called"
-        if not self.backend.can_judge:
-            return (
-                f"backend {self.backend.name} cannot judge (4o-J needs an LLM: use llm=openai or llm=replay)"
-            )
-        return None
-
     def describe(self) -> dict[str, Any]:
         """Safe description for manifests: backend, models, base URL, the key's variable NAME (never its value)."""
         return {
