@@ -15,6 +15,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from allmem.errors import ConfigError
+from allmem.fingerprint import source_fingerprint
 from allmem.paths import resolve_data_path  # importing it also registers the ${allmem.repo:...} resolver
 from allmem.run import files
 
@@ -187,8 +188,6 @@ def reusable(run_dir: Path, cfg: DictConfig, digest: str) -> bool:
             f"{run_dir}: holds a complete run of another config or data (hash {have}, this one {want}); "
             "choose another run.name or delete the folder"
         )
-    from allmem.fingerprint import source_fingerprint
-
     made_by = files.read_json(run_dir / files.MANIFEST, {}).get("code")
     if made_by != source_fingerprint():  # reused as asked, but never silently (the paper targets refuse it)
         logging.getLogger("allmem.run").warning(
