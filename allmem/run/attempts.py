@@ -45,17 +45,19 @@ def _declared_packages() -> list[str]:
 
 
 class RunLock:
-    """An exclusive ``flock`` on ``<run_dir>/.lock``, holding the owner's PID; creates the directory."""
+    """An exclusive ``flock`` on ``<run_dir>/.lock``, holding the owner's PID; creates the directory. ``wait``:
+    block until the holder releases it (a shard sealing the run) instead of failing at once."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, wait: bool = False) -> None:
         self.run_dir = run_dir
+        self.wait = wait
         self._fd: int | None = None
 
     def __enter__(self) -> RunLock:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.run_dir / files.LOCK, os.O_RDWR | os.O_CREAT, 0o666)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX if self.wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.read(fd, 200).decode("utf-8", "replace").strip() or "unknown"
             os.close(fd)

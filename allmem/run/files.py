@@ -29,6 +29,12 @@ MANIFEST = "manifest.json"
 EVENTS = "atc_events.jsonl"  # written by All-Mem's consolidation (allmem.memory.atc.events)
 LOCK = ".lock"
 DONE = "DONE"
+# Scale-out (allmem/run/parallel.py, allmem/run/shards.py): a worker's per-dialogue folder of the run files
+# above, the merge-in-progress record inside one, a shard's folder and what a finished shard states.
+PARTS = "parts"
+MERGING = ".merging"
+SHARDS = "shards"
+SHARD_INFO = "shard.json"
 
 
 def plain(cfg: Any) -> dict[str, Any]:
@@ -297,6 +303,17 @@ def append_jsonl(path: Path, obj: Any) -> None:
     try:
         with path.open("a", encoding="utf-8") as fh:
             fh.write(dump_line(obj))
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        _named(exc, path)
+
+
+def append_bytes(path: Path, data: bytes) -> None:
+    """Append whole lines already encoded (a worker's part of a run file), flushed and synced."""
+    try:
+        with path.open("ab") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
     except OSError as exc:

@@ -22,12 +22,14 @@ from allmem.run import files
 # Keys that place files or tune how a run executes but cannot change a result (docs/DESIGN.md, "Run identity"):
 # left out of the identity hash and of the directory name (a key matches itself and everything below it).
 NOT_IDENTITY: tuple[str, ...] = (
-    "run.root", "run.name", "run.progress", "paths", "wandb", "hydra",
+    "run.root", "run.name", "run.progress", "run.workers", "run.shard", "paths", "wandb", "hydra",
     "dataset.path", "dataset.fit_dialogues", "embedder.cache_dir", "embedder.batch_size",
     "llm.timeout_s", "llm.connect_timeout_s", "llm.max_retries", "llm.backoff_base_s", "llm.backoff_max_s",
     "llm.max_concurrency", "llm.rpm", "llm.tpm", "llm.breaker_after", "llm.try_timeout_s", "llm.call_timeout_s",
     "llm.cache", "llm.prices", "llm.api_key_env",
     "run.bank_cache",  # where All-Mem keeps re-usable banks (a re-used bank answers the same)
+    # thread pools whose results are gathered in stream / buffer order (tests/test_faults_determinism.py)
+    "method.write.describe_workers", "method.atc.workers", "atc.workers",  # method.atc is ${atc}
 )  # fmt: skip
 # Override keys the path already shows (``<dataset>/<method>...``): not repeated in the name.
 _IN_PATH = ("dataset", "method")
