@@ -27,8 +27,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the checkout's allmem and tests.llm_stub, whatever the current directory
 
@@ -39,8 +37,11 @@ KEY_VAR = "ALLMEM_BENCH_KEY"
 
 
 def has_workers() -> bool:
-    """Whether this checkout's runner has ``run.workers`` (configs/config.yaml declares it)."""
-    return "workers" in (OmegaConf.load(ROOT / "configs" / "config.yaml").get("run") or {})
+    """Whether this checkout's runner has ``run.workers`` (the composed run config declares it)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base=None):
+        return "workers" in compose("config").run
 
 
 def run_once(args: argparse.Namespace, stub: StubLLM, folder: Path, workers: int, concurrency: int) -> tuple:

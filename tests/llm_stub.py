@@ -5,7 +5,8 @@ the prompt's wording: descriptor JSON, answer JSON, ATC JSON, judge verdicts in 
 script it with ``stub.script(...)`` (a queue of replies used before the defaults: an HTTP status to fail with,
 or a literal content string) and ``stub.verdict`` (the judge's decision rule). It counts requests and keeps their
 bodies, headers and arrival times so tests can check the request shape and the request rate (``per_second``).
-``delay_s`` makes every reply wait that long (a model's latency, for throughput benchmarks).
+``delay_s`` makes every reply wait that long (a model's latency, for throughput benchmarks); ``max_in_flight`` is
+the most requests it was answering at once.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ class StubLLM:
 
     verdict: Callable[[str, str, str], bool] = default_verdict
     delay_s: float = 0.0
+    max_in_flight: int = 0
+    _in_flight: int = 0
     requests: list[Recorded] = field(default_factory=list)
     _queue: deque[tuple[str, Any]] = field(default_factory=deque)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -86,6 +89,16 @@ class StubLLM:
                 pass
 
             def do_POST(self) -> None:  # noqa: N802 - http.server naming
+                with stub._lock:
+                    stub._in_flight += 1
+                    stub.max_in_flight = max(stub.max_in_flight, stub._in_flight)
+                try:
+                    self._answer()
+                finally:
+                    with stub._lock:
+                        stub._in_flight -= 1
+
+            def _answer(self) -> None:
                 length = int(self.headers.get("content-length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 headers = {k.lower(): v for k, v in self.headers.items()}

@@ -15,7 +15,7 @@ from allmem.types import RECORD_VERSION, CallRecord, RecordError
 
 REPO = Path(__file__).resolve().parents[1]
 OWNER = REPO / "allmem" / "run" / "files.py"
-NAMES = ("CONFIG", "PREDICTIONS", "CALLS", "SYSTEM_STATS", "METRICS", "MANIFEST", "EVENTS", "LOCK", "DONE")
+NAMES = ("CONFIG", "PREDICTIONS", "CALLS", "SYSTEM_STATS", "METRICS", "MANIFEST", "EVENTS", "LOCK", "DONE", "PACING")
 
 
 def test_run_file_names_come_from_one_module() -> None:

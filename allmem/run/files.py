@@ -38,6 +38,7 @@ MANIFEST = "manifest.json"
 EVENTS = "atc_events.jsonl"  # written by All-Mem's consolidation (allmem.memory.atc.events)
 LOCK = ".lock"
 DONE = "DONE"
+PACING = ".llm_pacing.sqlite"  # the run's llm.rpm / llm.tpm windows, shared by its processes (llm/limiter.py)
 
 
 def plain(cfg: Any) -> dict[str, Any]:
