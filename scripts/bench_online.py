@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
 
     workers = args.workers
     if workers > 1 and not has_workers():
-        print(f"[bench] run.workers: not in configs/config.yaml on this checkout; parallel run uses 1 worker, "
+        print(f"[bench] run.workers: not in this checkout's run config (the runner has no worker processes yet); parallel run uses 1 worker, "
               f"llm.max_concurrency={args.concurrency} alone")  # fmt: skip
         workers = 1
     stub = StubLLM(delay_s=args.delay).start()

@@ -4,8 +4,8 @@ with the same result; ``llm.rpm`` / ``llm.tpm`` hold for a whole run, across its
 - a tiny All-Mem run against the stub (descriptors, ATC diagnoses, answers, judge over HTTP) at
   ``llm.max_concurrency`` 1 and 16: the same result by the comparison rule, requests really overlapping at 16 and
   never at 1, and every answer's and judge's call booked under its own question;
-- ``answer_questions``: predictions in question order whatever order they finish in, and a failed call marks
-  only the question it served;
+- ``answer_questions``: predictions in question order whatever order they finish in, retrieval one at a time in
+  question order, and a failed call marks only the question it served;
 - the shared pacing windows, with a fake clock (hand-computed waits), and two processes against the stub.
 """
 
@@ -102,9 +102,10 @@ def test_answer_questions_keeps_question_order_and_blames_only_the_failing_quest
 
     class System:
         def __init__(self) -> None:
-            self.inside, self.most = 0, 0
+            self.inside, self.most, self.order = 0, 0, []
 
         def retrieve(self, text: str) -> None:
+            self.order.append(text)
             self.inside += 1
             self.most = max(self.most, self.inside)
             time.sleep(0.01)
@@ -117,7 +118,7 @@ def test_answer_questions_keeps_question_order_and_blames_only_the_failing_quest
     assert [p.question_id for p in preds] == [f"q{i}" for i in range(8)]
     assert [p.error is not None for p in preds] == [i == 2 for i in range(8)]
     assert preds[2].error == "LLM calls failed after their retries (1 generate); last: boom"
-    assert system.most == 1  # retrieval stays one at a time
+    assert system.most == 1 and system.order == [f"question {i}" for i in range(8)]  # one at a time, in order
     assert llm.ledger.totals()["generate"]["calls"] == 8
 
 

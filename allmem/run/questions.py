@@ -2,11 +2,12 @@
 
 Why: online, a question mostly waits on its model calls (the answer, the judge), and questions do not depend on
 each other, so ``llm.max_concurrency`` of them can wait at once. Offline (``max_concurrency`` 1) they are answered
-one by one in the calling thread, as before. What stays serial: the memory system's ``retrieve`` (systems are not
-written for concurrent queries; a retrieval is local work) and a generator that does not say it may be called from
-several threads (``concurrent = True``; the extractive reader embeds, and the embedder is one model). Predictions
-come back in question order, each once it and those before it are done, so the run writes the same
-``predictions.jsonl`` whatever the concurrency. Each question books its calls under its own ids
+one by one in the calling thread, as before. What stays serial, and in question order: the memory system's
+``retrieve`` (systems are not written for concurrent queries, some keep state across them, and a retrieval is local
+work) and a generator that does not say it may be called from several threads (``concurrent = True``; the
+extractive reader embeds, and the embedder is one model): each question calls them only after every earlier
+question has called them (or ended). Predictions come back in question order, each once it and those before it
+are done, so the run writes the same ``predictions.jsonl`` whatever the concurrency. Each question books its calls under its own ids
 (``Ledger.local_scope``), and a call that failed inside it (after its retries) marks that question failed.
 """
 
@@ -47,13 +48,22 @@ def answer_questions(
         for question in questions:
             yield _one(question, answer, system, generator, ledger)
         return
-    lock = threading.Lock()
-    system = _Serial(system, "retrieve", lock)
-    if not getattr(generator, "concurrent", False):
-        generator = _Serial(generator, "answer", lock)
+    retrieving = _InOrder(system, "retrieve")
+    answering = None if getattr(generator, "concurrent", False) else _InOrder(generator, "answer")
+
+    def task(i: int, question: Question) -> Prediction:
+        try:
+            return _one(
+                question, answer, retrieving.view(i), answering.view(i) if answering else generator, ledger
+            )
+        finally:  # a question that ended early (an error) no longer holds up the ones after it
+            retrieving.done(i)
+            if answering is not None:
+                answering.done(i)
+
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="question")
     try:
-        futures = [pool.submit(_one, q, answer, system, generator, ledger) for q in questions]
+        futures = [pool.submit(task, i, q) for i, q in enumerate(questions)]
         for future in futures:
             yield future.result()
     finally:
@@ -72,20 +82,46 @@ def _one(question: Question, answer: Answer, system: Any, generator: Any, ledger
     return pred
 
 
-class _Serial:
-    """``target`` with its method ``name`` run under ``lock`` (shared by the question threads); every other
-    attribute is the target's own."""
+class _InOrder:
+    """``target.<name>`` called one at a time, question ``i`` only once questions ``0..i-1`` have called it or
+    ended: the order of a one-at-a-time run. ``view(i)`` is the target as question ``i`` sees it."""
 
-    def __init__(self, target: Any, name: str, lock: threading.Lock) -> None:
-        self._target, self._name, self._lock = target, name, lock
+    def __init__(self, target: Any, name: str) -> None:
+        self.target, self.name = target, name
+        self._turn = threading.Condition()
+        self._next = 0  # the first question that has neither called nor ended
+        self._finished: set[int] = set()
+        self._lock = threading.Lock()
+
+    def done(self, i: int) -> None:
+        with self._turn:
+            if i >= self._next:
+                self._finished.add(i)
+            while self._next in self._finished:
+                self._finished.discard(self._next)
+                self._next += 1
+            self._turn.notify_all()
+
+    def call(self, i: int, *args: Any, **kwargs: Any) -> Any:
+        with self._turn:
+            self._turn.wait_for(lambda: self._next >= i)
+        try:
+            with self._lock:
+                return getattr(self.target, self.name)(*args, **kwargs)
+        finally:
+            self.done(i)
+
+    def view(self, i: int) -> Any:
+        return _View(self, i)
+
+
+class _View:
+    """The target of an ``_InOrder`` with its method run through it for question ``i``; other attributes pass."""
+
+    def __init__(self, order: _InOrder, i: int) -> None:
+        self._order, self._i = order, i
 
     def __getattr__(self, attr: str) -> Any:
-        value = getattr(self._target, attr)
-        if attr != self._name:
-            return value
-
-        def serial(*args: Any, **kwargs: Any) -> Any:
-            with self._lock:
-                return value(*args, **kwargs)
-
-        return serial
+        if attr != self._order.name:
+            return getattr(self._order.target, attr)
+        return lambda *args, **kwargs: self._order.call(self._i, *args, **kwargs)
