@@ -6,11 +6,13 @@ with the same result; ``llm.rpm`` / ``llm.tpm`` hold for a whole run, across its
   never at 1, and every answer's and judge's call booked under its own question;
 - ``answer_questions``: predictions in question order whatever order they finish in, retrieval one at a time in
   question order, and a failed call marks only the question it served;
+- Ctrl-C while questions are answered concurrently and one model call hangs ends the run at once;
 - the shared pacing windows, with a fake clock (hand-computed waits), and two processes against the stub.
 """
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import textwrap
@@ -29,6 +31,7 @@ from allmem.run.compare import same_result
 from allmem.run.questions import answer_questions
 from allmem.run.runner import run
 from allmem.types import CallRecord, Prediction, Question
+from tests.faultkit import FIXTURES, env, popen_run
 from tests.llm_stub import StubLLM
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,6 +73,35 @@ def test_concurrent_online_allmem_run_is_the_same_result(
         assert (p["question_id"], p["answer"]["prompt_hash"]) in booked
         assert (p["question_id"], p["judge"]["prompt_hash"]) in booked
     assert all(c["question_id"] is None for c in calls if c["phase"] in ("write", "diagnose"))
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_questions_wait_on_a_hanging_call_ends_at_once(tmp_path: Path) -> None:
+    stub = StubLLM().start()
+    stub.script(("delay", 30.0))  # the first answer call hangs; the questions after it go on concurrently
+    args = [
+        "method=bm25", f"dataset.path={FIXTURES / 'locomo_tiny.json'}", "run.name=r", "llm=openai",
+        f"llm.base_url={stub.base_url}", "llm.api_key_env=SCALE_KEY", "llm.rpm=null", "llm.tpm=null",
+        "llm.timeout_s=60", "llm.max_concurrency=4",
+    ]  # fmt: skip
+    try:
+        proc = popen_run(tmp_path, *args, environ=env(SCALE_KEY=KEY))
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None and stub.count < 4:
+            time.sleep(0.05)
+        assert proc.poll() is None and stub.count >= 4, "the run never got to its questions"
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+        assert time.monotonic() - t0 < 10  # not after the hanging call's 30 s
+        assert proc.returncode == 128 + signal.SIGINT, err[-2000:]
+        assert err.strip().splitlines()[-1].startswith("allmem run: error: interrupted by SIGINT")
+        assert not (tmp_path / "runs" / "r" / files.DONE).exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        stub._server.block_on_close = False  # the hanging request still sleeps in the stub
+        stub.stop()
 
 
 class _LedgerLLM:

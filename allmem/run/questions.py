@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from allmem.types import Prediction, Question
@@ -39,8 +40,8 @@ def answer_questions(
 ) -> Iterator[Prediction]:
     """Yield each question's prediction in question order, answering up to ``llm.max_concurrency`` at once.
 
-    If one raises (``CircuitOpen``), the ones before it have been yielded, questions not yet started are
-    cancelled, and the error propagates once the running ones end.
+    If one raises (``CircuitOpen``), the ones before it have been yielded, questions not yet started never start,
+    and the error propagates at once (a call still in flight ends in its own thread).
     """
     ledger = getattr(llm, "ledger", None)
     workers = min(int(getattr(llm, "max_concurrency", 1) or 1), len(questions))
@@ -61,13 +62,38 @@ def answer_questions(
             if answering is not None:
                 answering.done(i)
 
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="question")
+    futures, stop = _start(workers, [partial(task, i, q) for i, q in enumerate(questions)])
     try:
-        futures = [pool.submit(task, i, q) for i, q in enumerate(questions)]
         for future in futures:
             yield future.result()
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    finally:  # on an error or Ctrl-C: nothing new starts; a call in flight ends in its daemon thread
+        stop.set()
+
+
+def _start(workers: int, tasks: list[Callable[[], Prediction]]) -> tuple[list[Future], threading.Event]:
+    """Run ``tasks`` in order on ``workers`` daemon threads; their futures, and an event that stops new starts.
+
+    Daemon threads, not a ``ThreadPoolExecutor``: the executor's threads are joined when the interpreter exits,
+    so Ctrl-C or SIGTERM during a question would wait for its hanging model call (up to ``llm.timeout_s``)."""
+    futures: list[Future] = [Future() for _ in tasks]
+    todo = iter(range(len(tasks)))
+    take, stop = threading.Lock(), threading.Event()
+
+    def work() -> None:
+        while not stop.is_set():
+            with take:
+                i = next(todo, None)
+            if i is None:
+                return
+            if futures[i].set_running_or_notify_cancel():
+                try:
+                    futures[i].set_result(tasks[i]())
+                except BaseException as exc:  # handed to the caller, which raises it in the run's thread
+                    futures[i].set_exception(exc)
+
+    for k in range(workers):
+        threading.Thread(target=work, name=f"question-{k}", daemon=True).start()
+    return futures, stop
 
 
 def _one(question: Question, answer: Answer, system: Any, generator: Any, ledger: Any) -> Prediction:
