@@ -9,6 +9,7 @@ raise. Failed calls, the breaker and dry runs: ``allmem/llm/README.md``.
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from collections.abc import Sequence
@@ -21,6 +22,12 @@ from allmem.llm.ledger import Ledger
 from allmem.llm.prompts import load_template, parse_reply
 from allmem.tokens import count_tokens
 from allmem.types import CallRecord
+
+
+def pool_size(llm: Any, workers: int = 1) -> int:
+    """Threads for a pool whose tasks call ``llm``: ``workers``, raised to the client's ``max_concurrency`` so that
+    many calls can be in flight (the backend caps what is in flight at ``llm.max_concurrency`` per process)."""
+    return max(1, int(workers), int(getattr(llm, "max_concurrency", 1) or 1))
 
 
 class CircuitOpen(LLMError):
@@ -219,11 +226,13 @@ class LLM:
             raise CircuitOpen(message)
 
     def chat_many(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
-        """Results in request order, computed with up to ``max_concurrency`` threads."""
+        """Results in request order, computed with up to ``max_concurrency`` threads. Each runs in a copy of the
+        caller's context, so the calls are booked under the caller's ``Ledger.local_scope``."""
         if len(requests) <= 1 or self.max_concurrency == 1:
             return [self.chat(r) for r in requests]
         with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(requests))) as pool:
-            return list(pool.map(self.chat, requests))
+            futures = [pool.submit(contextvars.copy_context().run, self.chat, r) for r in requests]
+            return [f.result() for f in futures]
 
     def _finish(
         self,

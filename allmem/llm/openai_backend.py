@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from pathlib import Path
 from typing import Any
 
 from allmem.llm.base import BackendReply, ChatRequest, LLMError, TransportError
@@ -57,6 +58,7 @@ class OpenAIBackend:
         rpm: int | None = None,
         tpm: int | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        pacing_file: str | Path | None = None,
     ) -> None:
         if not base_url:
             raise LLMError("llm.base_url: required for backend openai (e.g. https://api.openai.com/v1)")
@@ -78,7 +80,8 @@ class OpenAIBackend:
         self.call_timeout_s = float(call_timeout_s)
         self.backoff_base_s = float(backoff_base_s)
         self.backoff_max_s = float(backoff_max_s)
-        self.limiter = RateLimiter(rpm=rpm, tpm=tpm, max_concurrency=max_concurrency)
+        # rpm / tpm per run: ``build_llm`` names the run directory's pacing file, shared by all its processes
+        self.limiter = RateLimiter(rpm=rpm, tpm=tpm, max_concurrency=max_concurrency, shared=pacing_file)
         self._sleep = sleep
         self._client: Any = None
         self._key: str | None = None

@@ -35,6 +35,7 @@ PARTS = "parts"
 MERGING = ".merging"
 SHARDS = "shards"
 SHARD_INFO = "shard.json"
+PACING = ".llm_pacing.sqlite"  # the run's llm.rpm / llm.tpm windows, shared by its processes (llm/limiter.py)
 
 
 def plain(cfg: Any) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
@@ -32,7 +32,7 @@ from allmem.metrics import score_records
 from allmem.metrics.judge import invalid_warning
 from allmem.metrics.protocols import Protocol
 from allmem.metrics.retrieval import rank_source_ids
-from allmem.run import attempts, files, identity, parallel, preflight, shards
+from allmem.run import attempts, files, identity, parallel, preflight, questions, shards
 from allmem.systems import MemorySystem, Resources
 from allmem.types import AnswerInfo, AnswerRequest, Dialogue, Prediction, Question
 from benchmarks import load_dataset
@@ -309,19 +309,15 @@ def answer_dialogue(
         timing = ingest(svc.system, dialogue, bool(cfg.run.progress))
     broke = _new_failures(ledger, before)
     stats_out.write({"dialogue_id": dialogue.id, "attempt": attempt, **timing, **svc.system.stats()})
-    for question in todo:
-        if broke:  # its memory is incomplete: do not pay for answers that cannot count
-            pred = _failed(question, f"ingest of {dialogue.id}: {broke}", attempt)
-        else:
-            before = _failures(ledger)
-            with ledger_scope(svc.llm, dialogue_id=dialogue.id, question_id=question.id):
-                pred = answer_question(
-                    svc.system, svc.generator, question, int(cfg.budget.tokens), int(cfg.run.seed),
-                    judge, protocol, attempt,
-                )  # fmt: skip
-            lost = _new_failures(ledger, before)
-            if lost and pred.error is None:  # e.g. a retrieval-phase call of the memory system
-                pred = replace(pred, error=lost)
+    if broke:  # its memory is incomplete: do not pay for answers that cannot count
+        preds: Iterable[Prediction] = (_failed(q, f"ingest of {dialogue.id}: {broke}", attempt) for q in todo)
+    else:  # concurrently up to llm.max_concurrency, yielded in question order
+        preds = questions.answer_questions(
+            todo, lambda q, system, generator: answer_question(
+                system, generator, q, int(cfg.budget.tokens), int(cfg.run.seed), judge, protocol, attempt,
+            ), system=svc.system, generator=svc.generator, llm=svc.llm,
+        )  # fmt: skip
+    for pred in preds:
         out.write(pred.to_json())
         answered(1)
 
@@ -344,11 +340,9 @@ def _new_failures(ledger: Any, before: dict[str, int]) -> str | None:
     if ledger is None:
         return None
     now = ledger.failures()
-    diff = {phase: n - before.get(phase, 0) for phase, n in now.items() if n > before.get(phase, 0)}
-    if not diff:
-        return None
-    parts = ", ".join(f"{n} {phase}" for phase, n in sorted(diff.items()))
-    return f"LLM calls failed after their retries ({parts}); last: {ledger.last_error}"
+    return questions.failure_line(
+        {phase: n - before.get(phase, 0) for phase, n in now.items()}, ledger.last_error
+    )
 
 
 def _summary(

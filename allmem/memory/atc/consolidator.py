@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from allmem.defaults import from_node
+from allmem.llm.client import pool_size
 from allmem.memory.atc.config import OPS, ATCConfig
 from allmem.memory.atc.drift import Calibration, UnitView
 from allmem.memory.atc.events import EventLog
@@ -160,7 +161,7 @@ class Consolidator:
             res = roles.diagnose(meter, target, [unit_dict(self.bank.get(c)) for c in contexts[i]])
             return res, meter.usage()
 
-        with ThreadPoolExecutor(max_workers=self.cfg.workers) as pool:
+        with ThreadPoolExecutor(max_workers=pool_size(self.llm, self.cfg.workers)) as pool:
             results = list(pool.map(diagnose, range(len(buffered))))
         t1 = time.perf_counter()
         failures = Counter()
