@@ -219,7 +219,7 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
         if status != "complete":
             raise RunFailed(_summary(records, failed, stopped, svc, run_dir))
 
-        metrics = score_records(records, protocol)
+        metrics = score_records(records, protocol, dataset=cfg.dataset.name)  # + LoCoMo errata
         if warning := invalid_warning(metrics, str(run_dir)):  # allmem.metrics.judge.INVALID_WARN_RATE
             log.warning(warning)
         metrics["run"] = {
