@@ -54,7 +54,19 @@ def identity(cfg: DictConfig | dict[str, Any]) -> dict[str, Any]:
     return identity_of(cfg if isinstance(cfg, dict) else files.plain(cfg))
 
 
+# Sampling keys (benchmarks/sampling.py) count only when sampling is on: with ``sample`` and
+# ``sample_dialogues`` both null the seed changes nothing, and the hashes of runs made before the keys existed hold.
+_SAMPLING = ("dataset.sample", "dataset.sample_seed", "dataset.sample_dialogues")
+
+
 def identity_of(data: dict[str, Any]) -> dict[str, Any]:
+    dataset = data.get("dataset")
+    if (
+        isinstance(dataset, dict)
+        and dataset.get("sample") is None
+        and dataset.get("sample_dialogues") is None
+    ):
+        return _drop_keys(data, (*NOT_IDENTITY, *_SAMPLING))
     return _drop_keys(data, NOT_IDENTITY)
 
 
