@@ -33,6 +33,7 @@ from allmem.metrics.judge import invalid_warning
 from allmem.metrics.protocols import Protocol
 from allmem.metrics.retrieval import rank_source_ids
 from allmem.run import attempts, files, identity, preflight
+from allmem.run import timing as timers
 from allmem.systems import MemorySystem, Resources
 from allmem.types import AnswerInfo, AnswerRequest, Dialogue, Prediction, Question
 from benchmarks import load_dataset
@@ -71,11 +72,14 @@ def ingest(system: MemorySystem, dialogue: Dialogue, progress: bool) -> dict[str
     system.reset(dialogue.id)
     n_turns = sum(len(s.turns) for s in dialogue.sessions)
     bar = tqdm(total=n_turns, desc=f"ingest {dialogue.id}", unit="turn", disable=not progress, leave=False)
+    turn_ms: list[float] = []  # each ingest call, for the tail percentiles of Table 2 (run/timing.py)
     t0 = time.perf_counter()
     for session in dialogue.sessions:
         system.start_session(session.info)
         for turn in session.turns:
+            t_turn = time.perf_counter()
             system.ingest(turn)
+            turn_ms.append(round(1000 * (time.perf_counter() - t_turn), 4))
             bar.update(1)
         system.end_session(session.info)
     t_end = time.perf_counter()
@@ -87,21 +91,24 @@ def ingest(system: MemorySystem, dialogue: Dialogue, progress: bool) -> dict[str
         "ingest_s": t_end - t0,
         "end_stream_s": t_stream - t_end,
         "write_ms_per_turn": 1000 * (t_end - t0) / max(n_turns, 1),
+        "turn_write_ms": turn_ms,
     }
 
 
 def answer_question(
     system: MemorySystem, generator: Any, question: Question, budget_tokens: int, seed: int,
     judge: Callable[[dict[str, Any]], dict[str, Any] | None] | None, protocol: Protocol, attempt: int = 1,
+    embedder: Any = None,
 ) -> Prediction:  # fmt: skip
     """One question through retrieve → pack → generate (→ judge); returns its predictions.jsonl record.
 
     The protocol frames the question (two options or not) and names the answer template. A failed answer or
     judge call (no reply after retries) makes a failed record (``error`` set), never an empty answer.
     """
-    t0 = time.perf_counter()
-    result = system.retrieve(question.text, question.date)
-    t1 = time.perf_counter()
+    with timers.watch(embedder) as embedded:  # the query embedding, taken out of the search time
+        t0 = time.perf_counter()
+        result = system.retrieve(question.text, question.date)
+        t1 = time.perf_counter()
     packed = pack(result.units, budget_tokens)
     options = protocol.options(question, seed)
     request = AnswerRequest(
@@ -120,6 +127,9 @@ def answer_question(
     t3 = time.perf_counter()
     latency = {k: float(v) for k, v in result.timings_ms.items()}
     latency.update(retrieve=1000 * (t1 - t0), pack=1000 * (t2 - t1), generate=1000 * (t3 - t2))
+    latency["retrieve_search"] = max(0.0, latency["retrieve"] - embedded.ms)
+    if (query_ms := timers.model_ms(embedder, embedded.texts)) is not None:
+        latency["query_embed"] = query_ms
     info = AnswerInfo.of(answer)
     pred = Prediction(
         question_id=question.id,
@@ -276,7 +286,7 @@ def _answer_all(
                         with ledger_scope(svc.llm, dialogue_id=dialogue.id, question_id=question.id):
                             pred = answer_question(
                                 svc.system, svc.generator, question, int(cfg.budget.tokens), int(cfg.run.seed),
-                                judge, protocol, attempt,
+                                judge, protocol, attempt, embedder=svc.embedder,
                             )  # fmt: skip
                         lost = _new_failures(ledger, before)
                         if lost and pred.error is None:  # e.g. a retrieval-phase call of the memory system
