@@ -6,6 +6,7 @@
     allmem paper run|list TARGET...       run (or list) the experiments of paper tables and figures: table1 fig3
     allmem download locomo|longmemeval_s|_m|_oracle  fetch a public dataset into data/ and verify it
     allmem compare A B                    whether two run directories (or run roots) hold the same results
+    allmem judge RUN_DIR [llm=...] [--graded]  judge a finished run's answers again, into RUN_DIR/judges/<key>/
 
 ``allmem run --help`` shows Hydra's help with every config group and its options. Expected errors (bad config
 or input, missing data or key, a held lock, failed questions, a full disk or read-only folder) print one line
@@ -176,6 +177,10 @@ def main(argv: list[str] | None = None) -> int:
         from allmem.metrics import main as score_main
 
         return int(score_main(rest) or 0)
+    if command == "judge":
+        from allmem.run.rejudge import main as judge_main
+
+        return int(judge_main(rest) or 0)
     if command == "report":
         from allmem.report import main as report_main
 

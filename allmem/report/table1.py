@@ -73,7 +73,7 @@ def compute(runs: Sequence[Run], dataset: str, names: Sequence[str] | None = Non
 
 
 def _judge_note(runs: Sequence[Run]) -> str:
-    if all(r.metrics.get("overall", {}).get("judge") is None for r in runs):
+    if all(r.judge is None and r.metrics.get("overall", {}).get("judge") is None for r in runs):
         reasons = {r.metrics.get("overall", {}).get("judge_reason") for r in runs} - {None}
         return f"4o-J is n/a: {'; '.join(sorted(reasons)) or 'no LLM judge ran'}."
     return ""
@@ -129,6 +129,8 @@ def markdown_for(table: pd.DataFrame, runs: Sequence[Run], dataset: str) -> str:
             out.append(markdown(["Method", *names, *(["overall", "overall w/o 5"] if both else [])], rows))
     if (table["subset"] == "no-cat5").any():
         out.append(views.markdown_section(table, metrics))
+    if graded := views.graded_section(runs, list(dict.fromkeys(table["label"]))):
+        out.append(graded)
     fit_ids = ", ".join(sorted(set(fit_split(dataset)))) if dataset == "locomo" else ""
     for subset, what in (
         ("held-out", f"the conversations nothing was fitted on (all but {fit_ids})"),

@@ -106,3 +106,35 @@ def markdown_section(table: pd.DataFrame, metrics: Sequence[str]) -> str:
         "*errata*: `allmem/metrics/errata/locomo.yaml` applied at scoring (docs/PROTOCOL.md); *errata n*: "
         "questions it changed in that run (corrected or excluded); a corrected question has no 4o-J verdict."
     )
+
+
+def graded_section(runs: Sequence[Run], labels: Sequence[str]) -> str | None:
+    """Strict and lenient accuracy of each run's graded judges (``allmem judge RUN --graded``) beside its 4o-J;
+    None when no run has one."""
+    import json
+
+    from allmem.run import files
+
+    rows = []
+    for run, label in zip(runs, labels, strict=False):  # labels: one per distinct row name
+        for folder in sorted((run.path / files.JUDGES).glob("*-graded-*")):
+            if not files.is_complete(folder):
+                continue
+            graded = json.loads((folder / files.METRICS).read_text(encoding="utf-8")).get("graded") or {}
+            block = graded.get("overall") or {}
+            own = (run.metrics.get("overall") or {}).get("judge")
+            rows.append([label, "n/a" if own is None else f"{own:.2f}",
+                         *[_num(block.get(k)) for k in ("strict", "lenient", "abstain_rate")], f"`{folder.name}`"])  # fmt: skip
+    if not rows:
+        return None
+    header = ["Method", "4o-J (run's judge)", "strict", "lenient", "abstain %", "graded judge"]
+    return (
+        "### Graded verdicts beside 4o-J\n\n"
+        + markdown(header, rows)
+        + "\n\nstrict: correct over decided verdicts; "
+        "lenient: correct or partial; abstain: declined although the answer was available (docs/PROTOCOL.md)."
+    )
+
+
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"

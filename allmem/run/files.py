@@ -38,6 +38,9 @@ MANIFEST = "manifest.json"
 EVENTS = "atc_events.jsonl"  # written by All-Mem's consolidation (allmem.memory.atc.events)
 LOCK = ".lock"
 DONE = "DONE"
+JUDGES = "judges"  # <run>/judges/<key>/: another judge's verdicts (allmem judge, allmem/run/rejudge.py)
+JUDGE_INFO = "judge.json"  # in a judge folder: the judge's identity
+VERDICTS = "verdicts.jsonl"  # in a judge folder: one line per judged question
 
 
 def plain(cfg: Any) -> dict[str, Any]:
