@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from allmem.errors import ConfigError
-from allmem.report import ablations, cost, paper_figures, stats, table1
+from allmem.report import ablations, cost, paper_figures, retrieval, stats, table1
 from allmem.report.atc import table3_frame, table3_markdown
 from allmem.report.frame import write_parquet
 from allmem.report.provenance import DATASET_TITLES, footer
@@ -108,6 +108,18 @@ def _render_by_dataset(
     sections.append(footer(runs_all, name, notes))
     frame = pd.concat(frames, ignore_index=True) if frames else None
     return _write("\n\n".join(sections), frame, tables, name)
+
+
+def render_retrieval(found: Found, tables: Path, figures: Path) -> list[Path]:
+    """Retrieval at every granularity (allmem/report/retrieval.py) for Table 1's runs."""
+
+    def build(runs: list[Run], ds: str) -> tuple[pd.DataFrame, str]:
+        t = retrieval.compute(runs)
+        k = runs[0].protocol.table_k
+        return t, retrieval.markdown_for(t, k)
+
+    notes = [_lme_note(found), *_missing(found, ["table1"]), *retrieval.DEFINITIONS]
+    return _render_by_dataset(found, tables, "retrieval", lambda ds: _runs(found, "table1", ds), build, notes)
 
 
 def render_table2(found: Found, tables: Path, figures: Path) -> list[Path]:
@@ -251,6 +263,7 @@ def render_fig6(found: Found, tables: Path, figures: Path) -> list[Path]:
 RENDER: dict[str, Callable[[Found, Path, Path], list[Path]]] = {
     "table1": render_table1,
     "table2": render_table2,
+    "retrieval": render_retrieval,
     "table3": render_table3,
     "table4": render_table4,
     "ablations_hybrid": render_ablations_hybrid,

@@ -139,6 +139,8 @@ def answer_question(
         gold=question.gold,
         evidence=question.evidence,
         ranked_source_ids=tuple(rank_source_ids(result.units)[: max(MAX_RANKED_IDS, *protocol.ks)]),
+        ranked_units=tuple(tuple(u.source_ids) for u in result.units[: max(protocol.ks)]),  # unit precision
+        evidence_turns=question.evidence_turns,
         category=question.category,
         question_type=question.question_type,
         options=options,
