@@ -140,3 +140,24 @@ def test_bad_errata_files_are_named(tmp_path: Path) -> None:
 
 def test_the_shipped_file_is_where_the_loader_looks() -> None:
     assert path_for("locomo").is_file() and load("locomo").version >= 1
+
+
+def test_allmem_score_reports_the_errata_of_the_runs_dataset(tmp_path: Path, capsys) -> None:
+    import json
+
+    import yaml
+
+    from allmem.metrics import main as score_main
+    from allmem.run import files
+
+    rec = _rec("conv-42:q0", "conv-42", "Is it likely that Nate has friends besides Joanna?",
+               "yes teammates on his video game team", "Yesteammates on hisvideo game team.")  # fmt: skip
+    files.write_atomic(tmp_path / files.PREDICTIONS, files.dump_line(rec))
+    files.write_atomic(tmp_path / files.CONFIG, yaml.safe_dump({"dataset": {"name": "locomo"},
+                                                                "protocol": {"name": "allmem"}}))  # fmt: skip
+    assert score_main([str(tmp_path)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    # {yes, teammates, on, his, video, game, team} against the key's {yesteammates, on, hisvideo, game, team}:
+    # 3 shared -> P 3/7, R 3/5, F1 = 2*(3/7)(3/5)/((3/7)+(3/5)) = 1/2; with the corrected key all 7 match -> 1
+    assert out["overall"]["scores"]["f1"] == pytest.approx(50.0)
+    assert out["errata"]["corrected"] == ["conv-42:q0"] and out["errata"]["overall"]["scores"]["f1"] == 100.0
