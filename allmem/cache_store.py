@@ -64,11 +64,6 @@ def read(path: Path, load: Callable[[Path], T], *, cache: str, then: str) -> T |
         return None
 
 
-def write_file(path: Path, save: Callable[[Path], Any]) -> Path:
-    """``save`` to a temporary file beside ``path``, then rename (``allmem.run.files.write_via``)."""
-    return files.write_via(path, save)
-
-
 def write_folder(final: Path, fill: Callable[[Path], Any]) -> Path:
     """``fill`` a temporary folder beside ``final``, then rename it into place (``allmem.run.files.write_folder``,
     which also removes the temporary folders of dead writers); a concurrent writer of the same key wins."""

@@ -7,6 +7,7 @@
     allmem download locomo|longmemeval_s|_m|_oracle  fetch a public dataset into data/ and verify it
     allmem compare A B                    whether two run directories (or run roots) hold the same results
     allmem judge RUN_DIR [llm=...] [--graded]  judge a finished run's answers again, into RUN_DIR/judges/<key>/
+    allmem merge RUN_DIR                  seal a run made in shards (run.shard=i/n) once every shard is done
 
 ``allmem run --help`` shows Hydra's help with every config group and its options. Expected errors (bad config
 or input, missing data or key, a held lock, failed questions, a full disk or read-only folder) print one line
@@ -16,7 +17,6 @@ line and exit 128 + the signal (130, 143). HYDRA_FULL_ERROR=1 shows the tracebac
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -24,6 +24,9 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from allmem.errors import ConfigError, Interrupted, expected_errors, is_environment_error, one_line
+from allmem.run import files
 
 USAGE = __doc__ or ""
 
@@ -47,8 +50,6 @@ def _run(argv: list[str]) -> int:
     if not config_dir().is_dir():
         print(f"allmem: config folder not found: {config_dir()}", file=sys.stderr)
         return 2
-
-    from allmem.errors import Interrupted, expected_errors, is_environment_error, one_line
 
     expected = expected_errors()
     from allmem.run.identity import credential_override
@@ -96,8 +97,7 @@ def _run(argv: list[str]) -> int:
               "rerun the same command to resume", file=sys.stderr)  # fmt: skip
         return 128 + signum
     finally:
-        lines = Path(ledger).read_text(encoding="utf-8").splitlines()
-        points = sorted((json.loads(line) for line in lines if line.strip()), key=lambda p: p["num"])
+        points = sorted(files.read_jsonl(Path(ledger)), key=lambda p: p["num"])
         Path(ledger).unlink(missing_ok=True)
     labels = _point_labels([p["overrides"] for p in points])
     failed = [f"#{p['num']} {label}" for p, label in zip(points, labels, strict=True) if p["error"]]
@@ -113,7 +113,6 @@ def _log_sealed(cfg: Any, run_dir: Path) -> None:
     a complete run behind. The runner never imports the report package."""
     if not cfg.get("wandb", {}).get("enabled", False):
         return
-    from allmem.errors import ConfigError, one_line
     from allmem.report.wandb_log import log_run
 
     try:
@@ -129,8 +128,6 @@ _POINTS_ENV = "ALLMEM_SWEEP_POINTS"
 
 
 def _raise_interrupted(signum: int, frame: object) -> None:
-    from allmem.errors import Interrupted
-
     raise Interrupted(signum)
 
 
@@ -146,15 +143,10 @@ def _sweep_point() -> dict[str, Any] | None:
 
 
 def _note_point(point: dict[str, Any]) -> None:
-    """Append the point's outcome to the sweep's file: one short line, one ``O_APPEND`` write (whole lines even
-    when parallel workers write at once)."""
-    path = os.environ.get(_POINTS_ENV)
-    if path:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-        try:
-            os.write(fd, (json.dumps(point) + "\n").encode())
-        finally:
-            os.close(fd)
+    """Append the point's outcome to the sweep's file: one short line in one append (whole lines even when
+    parallel workers write at once)."""
+    if path := os.environ.get(_POINTS_ENV):
+        files.append_jsonl(Path(path), point)
 
 
 def _point_labels(points: list[list[str]]) -> list[str]:
@@ -193,6 +185,10 @@ def main(argv: list[str] | None = None) -> int:
         from allmem.run.compare import main as compare_main
 
         return int(compare_main(rest) or 0)
+    if command == "merge":
+        from allmem.run.shards import main as merge_main
+
+        return int(merge_main(rest) or 0)
     if command == "download":
         from benchmarks.download import main as download_main
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from allmem import paths
 from allmem.embed_store import VectorStore
 
 PACKAGED_NAME = "all-MiniLM-L6-v2"
@@ -36,13 +37,6 @@ _MEMO_MAX = 500_000  # texts; ~0.75 GB of float32 at 384 dims, far above any run
 _IDENTITY_MEMO: dict[tuple[str, int], str] = {}
 # How vectors are computed, part of the identity: equal-length batches without padding, one torch thread.
 _SCHEME = "nopad-1t"
-
-
-def _default_cache_root() -> Path:
-    """The project cache folder (``allmem.paths.cache_dir()``: env ``ALLMEM_CACHE``, else ``<repo>/.cache``)."""
-    from allmem.paths import cache_dir
-
-    return cache_dir()
 
 
 def packaged_model_path() -> Path:
@@ -102,7 +96,7 @@ class Embedder:
         if not self.model_path.is_dir():
             raise FileNotFoundError(f"{self.model_path}: model folder not found (embedder.model_path)")
         self.name = PACKAGED_NAME if model_path is None else self.model_path.name
-        self.cache_dir = Path(cache_dir) if cache_dir is not None else _default_cache_root() / "embeddings"
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else paths.cache_dir() / "embeddings"
         self.batch_size = batch_size
         self.device = device
         self.hits = 0

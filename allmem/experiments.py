@@ -16,9 +16,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from allmem.errors import ConfigError
+from allmem.fingerprint import source_fingerprint
 from allmem.paths import results_dir
 from allmem.report import targets
-from allmem.report.runs import Run, by_hash
+from allmem.report.runs import Run, by_hash, check_same_code
 
 
 def run_experiments(
@@ -33,10 +35,6 @@ def run_experiments(
     """Launch one Hydra multirun per experiment and dataset whose points are not all complete. A complete run
     made by other code than this checkout's (``allmem.fingerprint``) is never silently reused: refused in one
     line unless ``allow_mixed_code`` (docs/DESIGN.md)."""
-    from allmem.errors import ConfigError
-    from allmem.fingerprint import source_fingerprint
-    from allmem.report.runs import check_same_code
-
     if not lme:
         print(f"[allmem] {targets.LME_SKIPPED}")
     env = dict(os.environ)

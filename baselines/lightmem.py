@@ -49,11 +49,11 @@ from typing import Any
 
 import numpy as np
 
-from allmem.systems import MemorySystem, Resources
+from allmem.systems import Resources
 from allmem.tokens import count_tokens
-from allmem.types import RetrievalResult, Retrieved, SessionInfo, Turn
+from allmem.types import RetrievalResult, Retrieved, Turn
 
-from ._common import Tally, VectorIndex, ask, ask_many, embedder_of, llm_of, source_id
+from ._common import SessionWriter, Tally, VectorIndex, ask, ask_many, embedder_of, llm_of, source_id
 from .lightmem_offline import IdfCompressor, LightMemResponder
 
 __all__ = ["LightMem", "IdfCompressor", "LightMemResponder", "topic_cuts", "THRESHOLDS"]
@@ -79,7 +79,7 @@ class Entry:
 # ---------------------------------------------------------------- the system
 
 
-class LightMem(MemorySystem):
+class LightMem(SessionWriter):
     name = "lightmem"
 
     def __init__(
@@ -120,12 +120,6 @@ class LightMem(MemorySystem):
         self.index = VectorIndex(self.embedder.dim)
         self.next_id = 0
         self.tally = Tally()
-
-    def ingest(self, turn: Turn) -> None:
-        self.pending.append(turn)
-
-    def end_session(self, session: SessionInfo) -> None:
-        self.flush()
 
     def end_stream(self) -> None:
         self.flush()

@@ -51,10 +51,11 @@ from typing import Any
 import numpy as np
 
 from allmem.llm.base import ChatRequest, LLMError
-from allmem.systems import MemorySystem, Resources
-from allmem.types import RetrievalResult, Retrieved, SessionInfo, Turn, format_date
+from allmem.systems import Resources
+from allmem.types import RetrievalResult, Retrieved, Turn, format_date
 
 from ._common import (
+    SessionWriter,
     Tally,
     VectorIndex,
     ask,
@@ -160,7 +161,7 @@ def offline_facts(records: Sequence[dict[str, str]]) -> list[str]:
 # ---------------------------------------------------------------- the system
 
 
-class Mem0(MemorySystem):
+class Mem0(SessionWriter):
     name = "mem0"
 
     def __init__(
@@ -183,15 +184,6 @@ class Mem0(MemorySystem):
         self.stores: dict[str, Store] = {}
         self.pending: list[Turn] = []
         self.tally = Tally()
-
-    def ingest(self, turn: Turn) -> None:
-        self.pending.append(turn)
-
-    def end_session(self, session: SessionInfo) -> None:
-        self.flush()
-
-    def end_stream(self) -> None:
-        self.flush()
 
     # ------------------------------------------------------------ write path
     def store(self, owner: str) -> Store:

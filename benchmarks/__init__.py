@@ -13,6 +13,8 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from allmem.errors import ConfigError
+from allmem.paths import config_dir, resolve_data_path
 from allmem.run.files import plain
 from allmem.types import Dialogue
 from benchmarks.errors import DatasetError
@@ -39,8 +41,6 @@ def _import(target: str) -> Callable[..., list[Dialogue]]:
 def _limit(cfg: Mapping[str, Any], key: str) -> int | None:
     """``dataset.limit_*``: null or a count. -1, 1.5 or true would slice the data silently (``[:-1]`` drops the
     last dialogue), so they are refused in one line; ``allmem.run.preflight`` checks them before the run exists."""
-    from allmem.errors import ConfigError
-
     value = cfg.get(key)
     if value is None:
         return None
@@ -67,8 +67,6 @@ def load_dataset(cfg: Any) -> list[Dialogue]:
     ``limit_questions`` questions of each: cheap smoke runs with the real data and the real code path. Then the
     seeded draws of ``sample_dialogues`` dialogues and ``sample`` questions (``benchmarks/sampling.py``).
     """
-    from allmem.paths import resolve_data_path
-
     conf = plain(cfg)
     missing = [k for k in ("name", "_target_") if not conf.get(k)]
     if missing:
@@ -96,8 +94,6 @@ def fit_split(dataset: str = "locomo") -> tuple[str, ...]:
     An empty tuple means nothing of that dataset is fitted on.
     """
     from omegaconf import OmegaConf
-
-    from allmem.paths import config_dir
 
     path = config_dir() / "dataset" / f"{dataset}.yaml"
     if not path.is_file():

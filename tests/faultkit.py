@@ -81,3 +81,30 @@ def done_dir(result: Result) -> Path:
     lines = [x for x in result.out.splitlines() if x.startswith("[allmem] done: ")]
     assert lines, f"no done line (rc={result.rc}):\n{result.err[-3000:]}"
     return Path(lines[-1].removeprefix("[allmem] done: "))
+
+
+def dying_bm25(
+    die_on: str, marker: str, die_after: int = 3, k: int = 50, k1: float = 0.8, b: float = 0.0,
+    resources: object = None,
+) -> object:  # fmt: skip
+    """A test-only method: BM25 whose process dies (``os._exit``, as a kill -9 or the OOM killer would end it) at
+    the ``die_after``-th question of dialogue ``die_on``, once: it first creates the file ``marker`` and never
+    dies while that file exists. ``method._target_=tests.faultkit.dying_bm25``, built in the runner's process or
+    in a worker process (``run.workers``)."""
+    from baselines.bm25 import BM25
+
+    class Dying(BM25):
+        asked = 0
+
+        def reset(self, dialogue_id: str) -> None:
+            super().reset(dialogue_id)
+            self.asked = 0
+
+        def retrieve(self, query, when=None):  # noqa: ANN001, ANN202 - as in BM25
+            self.asked += 1
+            if self.dialogue_id == die_on and self.asked == die_after and not os.path.exists(marker):
+                Path(marker).write_text("died once\n")
+                os._exit(3)
+            return super().retrieve(query, when)
+
+    return Dying(k=k, k1=k1, b=b, resources=resources)

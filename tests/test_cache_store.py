@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from allmem import cache_store, fingerprint
+from allmem.run import files
 
 
 def test_code_key_changes_with_the_sources_it_names_and_only_those(tmp_path, monkeypatch) -> None:
@@ -47,7 +48,7 @@ def test_a_damaged_entry_is_set_aside_with_one_warning(tmp_path, caplog, damage:
     assert aside.is_dir() == (damage == "folder")
     (warning,) = [r.getMessage() for r in caplog.records]
     assert warning.startswith(f"test cache {entry}: ") and "recomputing" in warning
-    cache_store.write_file(entry, lambda p: p.write_text('{"a": 1}'))
+    files.write_via(entry, lambda p: p.write_text('{"a": 1}'))
     assert cache_store.read(entry, lambda p: json.loads(p.read_text()), cache="c", then="t") == {"a": 1}
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["k.json", aside.name])  # no temporary left
 

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
 from allmem.memory.system import AllMem
-from allmem.run import files, identity
+from allmem.run import compare, files, identity
 from allmem.run.runner import run
 from allmem.systems import Resources
 
@@ -169,3 +169,20 @@ def test_a_complete_run_under_another_name_is_not_made_again(tmp_path):
     assert identity.complete_twin(tmp_path / "my-named-run") is None  # run.name: no hash suffix
     (twin / files.DONE).unlink()
     assert identity.complete_twin(asked) is None  # incomplete runs never count
+
+
+def test_a_run_that_reused_its_banks_equals_the_run_that_ingested_them(tmp_path, cache_dir, fixtures_dir):
+    # make reproduce with JOBS=1 finds allmem's banks when allmem_hybrid runs; with JOBS=2 both ingest. The two
+    # must be the same result: the re-using run books the building run's ingestion calls (as cached replies) and
+    # reports its stats and ATC events.
+    banks = f"run.bank_cache={tmp_path / 'banks'}"
+    common = ["method=allmem", banks, *_common(tmp_path, cache_dir, fixtures_dir)[:-2], "embedder=hash",
+              f"paths.cache_dir={cache_dir}", "run.progress=false"]  # fmt: skip
+    built = run(_cfg(common))
+    reused = run(_cfg([*common, f"run.root={tmp_path / 'again'}"]))
+    assert all(s["bank_cache"]["hit"] for s in files.read_jsonl(reused / files.SYSTEM_STATS))
+    ingestion = [c for c in files.read_jsonl(reused / files.CALLS) if c["question_id"] is None]
+    assert ingestion and all(c["cached"] for c in ingestion)
+    built_ingestion = [c for c in files.read_jsonl(built / files.CALLS) if c["question_id"] is None]
+    assert [c["prompt_hash"] for c in ingestion] == [c["prompt_hash"] for c in built_ingestion]
+    assert compare.same_result(built, reused) == []

@@ -23,15 +23,15 @@ def _run(stats: dict, write_calls: dict, atc_events: list[dict]) -> SimpleNamesp
 
 
 def test_a_partly_cached_run_costs_each_dialogue_where_it_was_ingested():
-    # d1 loaded its bank (built elsewhere in 4 s, 300 write tokens); d2 missed and was ingested here in 3 s + 1 s
-    # end of stream with 200 write tokens (this run's own ledger). ATC ran 1 s in all, over 10 turns.
+    # d1 loaded its bank (built elsewhere in 4 s; its 300 write tokens are booked in this run's ledger as cached
+    # replies); d2 missed and was ingested here in 3 s + 1 s end of stream with 200 write tokens. The ledger holds
+    # both: 500. ATC ran 1 s in all, over 10 turns.
     stats = {
-        "d1": {"turns": 10, "ingest_s": 0.01, "bank_cache": {"hit": True, "ingest_s": 4.0,
-                                                             "calls": {"write": {"tokens_in": 250, "tokens_out": 50}}}},
+        "d1": {"turns": 10, "ingest_s": 0.01, "bank_cache": {"hit": True, "ingest_s": 4.0}},
         "d2": {"turns": 10, "ingest_s": 3.0, "end_stream_s": 1.0, "bank_cache": {"hit": False}},
-    }  # fmt: skip
+    }
     row = run_cost(
-        _run(stats, {"tokens_in": 150, "tokens_out": 50}, [{"latency_ms": 1000.0, "turns_since_last": 10}])
+        _run(stats, {"tokens_in": 400, "tokens_out": 100}, [{"latency_ms": 1000.0, "turns_since_last": 10}])
     )
     # ingestion 4 s (cached) + 4 s (here) - 1 s ATC = 7 s over 20 turns; tokens (300 + 200) / 20 turns
     assert row["write_ms_per_turn"] == pytest.approx(7000 / 20)

@@ -15,8 +15,10 @@ from allmem.types import RECORD_VERSION, CallRecord, RecordError
 
 REPO = Path(__file__).resolve().parents[1]
 OWNER = REPO / "allmem" / "run" / "files.py"
-NAMES = ("CONFIG", "PREDICTIONS", "CALLS", "SYSTEM_STATS", "METRICS", "MANIFEST", "EVENTS", "LOCK", "DONE", "JUDGES",
-         "JUDGE_INFO", "VERDICTS")  # fmt: skip
+NAMES = (
+    "CONFIG", "PREDICTIONS", "CALLS", "SYSTEM_STATS", "METRICS", "MANIFEST", "EVENTS", "LOCK", "DONE", "PARTS",
+    "MERGING", "SHARDS", "SHARD_INFO", "JUDGES", "JUDGE_INFO", "VERDICTS",
+)  # fmt: skip
 
 
 def test_run_file_names_come_from_one_module() -> None:

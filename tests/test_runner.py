@@ -235,6 +235,8 @@ MUST_NOT_CHANGE = [
     "llm=openai llm.timeout_s=5", "llm=openai llm.try_timeout_s=5", "llm=openai llm.call_timeout_s=60",
     "llm=openai llm.max_retries=0", "llm=openai llm.rpm=10",
     "llm=openai llm.api_key_env=OTHER_KEY", "llm=openai llm.cache.path=/elsewhere/r.sqlite",
+    # how many processes and which machines run it; thread pools that keep their results in order
+    "run.workers=4", "run.shard=2/3", "method=allmem method.write.describe_workers=4", "method=allmem atc.workers=1",
 ]  # fmt: skip
 
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from allmem import paths
 from allmem.llm.base import (
     PHASES,
     ChatRequest,
@@ -143,8 +144,6 @@ def cache_path(cfg_llm: Any, cache_dir: str | Path | None = None) -> Path:
 def _cache_path(path: Any, cache_dir: str | Path | None) -> Path:
     """``cache.path`` if absolute; else relative to ``cache_dir`` (default ``<project cache>/llm``)."""
     if cache_dir is None:
-        from allmem.paths import cache_dir as default_cache_dir
-
-        cache_dir = default_cache_dir() / "llm"
+        cache_dir = paths.cache_dir() / "llm"
     p = Path(str(path)) if path else Path("responses.sqlite")
     return p if p.is_absolute() else Path(cache_dir) / p

@@ -43,6 +43,7 @@ class Ledger:
         self._scope: dict[str, Any] = {"attempt": attempt}
         self._failed: dict[str, int] = defaultdict(int)  # calls with no reply after retries, per phase
         self.last_error: str | None = None
+        self._tap: list[dict[str, Any]] | None = None
 
     @contextmanager
     def scope(self, **ids: Any) -> Iterator[None]:
@@ -66,8 +67,33 @@ class Ledger:
             if rec.error is not None:
                 self._failed[rec.phase] += 1
                 self.last_error = rec.error
+            line = dataclasses.asdict(rec) | extra
+            if self._tap is not None:
+                self._tap.append(line)
             if self.path is not None:
-                append_jsonl(self.path, dataclasses.asdict(rec) | extra)
+                append_jsonl(self.path, line)
+
+    def tap(self) -> None:
+        """Keep a copy of every line booked from now until ``untap`` (one tap at a time): the bank cache stores
+        a dialogue's ingestion calls this way, so that a run re-using the bank books the same calls."""
+        with self._lock:
+            self._tap = []
+
+    def untap(self) -> list[dict[str, Any]]:
+        """The lines booked since ``tap`` (none if no tap was open); the tap is closed."""
+        with self._lock:
+            out, self._tap = self._tap or [], None
+        return out
+
+    def rebook(self, line: Mapping[str, Any]) -> None:
+        """Book again the call a saved line describes, as a reply served from a cache (``cached``, no latency)
+        under this ledger's scope: the same call record a fresh ingestion makes, apart from those fields."""
+        names = {f.name for f in dataclasses.fields(CallRecord)}
+        core = {k: v for k, v in line.items() if k in names and k != "attempt"}
+        self.record(
+            CallRecord(**core | {"cached": True, "latency_ms": 0.0}),
+            **{k: v for k, v in line.items() if k not in names},
+        )
 
     def set_attempt(self, attempt: int) -> None:
         """The run attempt every later call is booked under (``manifest.json`` lists the attempts)."""

@@ -22,8 +22,6 @@ from typing import Any
 
 from allmem.llm.base import BackendReply, ChatRequest, LLMError
 
-Reply = str | Mapping[str, Any] | list[Any]
-
 
 class ScriptedBackend:
     """Answers from a per-template script; records every request it saw (``seen``) for assertions."""
@@ -79,10 +77,6 @@ class ScriptedBackend:
             raise LLMError(f"scripted backend: no scripted reply left for template {req.template!r}")
         text = reply if isinstance(reply, str) else json.dumps(reply, ensure_ascii=False)
         return BackendReply(text=text)
-
-    def remaining(self, template: str) -> int:
-        """Scripted replies not yet used for ``template``."""
-        return len(self._queues.get(template, ()))
 
     def close(self) -> None:
         """Nothing to release."""

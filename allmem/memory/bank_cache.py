@@ -14,7 +14,10 @@ difference makes the run ingest normally (replaying what it had held back). So a
 the identical stream under the identical ingestion settings and code.
 
 A reused run reports the stats and ATC events of the run that built the bank, marked ``bank_cache.hit``, with
-that run's ingestion wall time; its own write timings would be meaningless (nothing was written).
+that run's ingestion wall time (its own write timings would be meaningless: nothing was written), and books the
+building run's ingestion calls in its own ledger as cached replies. So a run that found its banks in the cache
+and one that ingested them give the same run directory by the comparison rule (``allmem.run.compare``), which
+ignores the ``bank_cache`` and ``reused`` marks as it ignores ``cached``.
 
 A damaged entry (a truncated file from a full disk or a killed copy, a garbled line) is found before the stream is
 matched, since the whole entry is read then: a warning names the file, the entry is moved aside to
@@ -36,9 +39,9 @@ from typing import Any
 from allmem import cache_store
 from allmem.memory.persist import load_bank
 from allmem.memory.units import BankError
-from allmem.run.files import EVENTS, dump_line, read_jsonl
+from allmem.run.files import CALLS, EVENTS, dump_line, read_jsonl
 
-FORMAT = 1
+FORMAT = 2  # 2: the ingestion calls are kept (calls.jsonl), not only their totals
 ENTRY = "entry.json"
 BANK = "bank"
 
@@ -116,7 +119,7 @@ class BankCache:
         if not (path / ENTRY).is_file():
             return None
         try:
-            entry, _ = self.read(path)
+            entry, _, _ = self.read(path)
             if entry.get("format") != FORMAT or entry.get("dialogue_id") != dialogue_id:
                 return None  # another format, or another dialogue with the same safe name: not damage
             load_bank(path / BANK)
@@ -129,8 +132,9 @@ class BankCache:
         return Expectation(path, list(stream))
 
     @staticmethod
-    def read(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """The entry and its ATC events; a damaged file raises ``BankError`` naming it (and the line)."""
+    def read(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+        """The entry, its ATC events and its ingestion calls (ledger lines); a damaged file raises ``BankError``
+        naming it (and the line)."""
         try:
             entry = json.loads((path / ENTRY).read_text(encoding="utf-8"))
         except ValueError as exc:
@@ -139,9 +143,10 @@ class BankCache:
             raise BankError(f"{path / ENTRY}: not a JSON object")
         try:
             events = read_jsonl(path / EVENTS, whole=True)
+            calls = read_jsonl(path / CALLS, whole=True)
         except ValueError as exc:
             raise BankError(str(exc)) from None
-        return entry, events
+        return entry, events, calls
 
     def store(
         self,
@@ -151,14 +156,15 @@ class BankCache:
         stats: Mapping[str, Any],
         events: Iterable[Mapping[str, Any]],
         ingest_s: float,
-        calls: Mapping[str, Any] | None = None,
+        calls: Iterable[Mapping[str, Any]] = (),
     ) -> Path:
         """Write an entry atomically (``cache_store.write_folder``); a concurrent writer of the same key wins."""
 
         def fill(tmp: Path) -> None:
             save_bank(tmp / BANK)
-            with open(tmp / EVENTS, "w", encoding="utf-8") as fh:
-                fh.writelines(dump_line(ev) for ev in events)
+            for name, lines in ((EVENTS, events), (CALLS, calls)):
+                with open(tmp / name, "w", encoding="utf-8") as fh:
+                    fh.writelines(dump_line(line) for line in lines)
             entry = {
                 "format": FORMAT,
                 "key": self.key,
@@ -166,7 +172,6 @@ class BankCache:
                 "stream": stream,
                 "stats": dict(stats),
                 "ingest_s": ingest_s,
-                "calls": dict(calls or {}),
             }
             (tmp / ENTRY).write_text(json.dumps(entry, default=str), encoding="utf-8")
 

@@ -28,15 +28,6 @@ VERSION = 1
 UNITS, LINKS, EMBEDDINGS, META = "units.jsonl", "links.jsonl", "embeddings.npy", "meta.json"
 
 
-def _write_text(path: Path, lines: Iterator[str]) -> None:
-    with open(path, "w", encoding="utf-8") as fh:
-        for line in lines:
-            fh.write(line)
-            fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
 def _unit_json(u: Unit) -> str:
     return json.dumps(
         {
@@ -57,11 +48,9 @@ def save_bank(bank: MemoryBank, path: str | Path, extra: Mapping[str, Any] | Non
     """Write ``bank`` to the folder ``path`` atomically; ``extra`` (JSON) rides along in meta.json."""
 
     def fill(tmp: Path) -> None:
-        _write_text(tmp / UNITS, (_unit_json(u) for u in bank.units()))
-        _write_text(
-            tmp / LINKS,
-            (json.dumps([lk.type, lk.src, lk.dst, lk.weight, lk.seq]) for lk in bank.links()),
-        )
+        files.write_atomic(tmp / UNITS, "".join(_unit_json(u) + "\n" for u in bank.units()))
+        links = (json.dumps([lk.type, lk.src, lk.dst, lk.weight, lk.seq]) + "\n" for lk in bank.links())
+        files.write_atomic(tmp / LINKS, "".join(links))
         with open(tmp / EMBEDDINGS, "wb") as fh:
             np.save(fh, np.ascontiguousarray(bank.full_matrix_view()), allow_pickle=False)
             fh.flush()
@@ -76,7 +65,7 @@ def save_bank(bank: MemoryBank, path: str | Path, extra: Mapping[str, Any] | Non
             "visible_order": bank.visible_ids(),
             "extra": dict(extra or {}),
         }
-        _write_text(tmp / META, iter([json.dumps(meta, indent=1, ensure_ascii=False)]))
+        files.write_atomic(tmp / META, json.dumps(meta, indent=1, ensure_ascii=False) + "\n")
 
     return write_folder(Path(path), fill)
 

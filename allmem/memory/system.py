@@ -54,17 +54,6 @@ def _atc_factory(enabled: bool) -> Any:
     return build_consolidator
 
 
-def _delta(now: Mapping[str, Any], before: Mapping[str, Any]) -> dict[str, dict[str, float]]:
-    """LLM tokens, calls and latency per phase spent between two ledger snapshots (this dialogue's ingestion)."""
-    out = {}
-    for phase, t in now.items():
-        b = before.get(phase) or {}
-        d = {k: t.get(k, 0) - b.get(k, 0) for k in ("calls", "tokens_in", "tokens_out", "latency_ms")}
-        if any(d.values()):
-            out[phase] = d
-    return out
-
-
 class AllMem(MemorySystem):
     """All-Mem: visible-surface anchoring, typed-link expansion, re-ranking; ATC through a hook."""
 
@@ -145,8 +134,11 @@ class AllMem(MemorySystem):
         self.dialogue_id = dialogue_id
         self._attach(MemoryBank(dim=int(self.resources.embedder.dim), d_sigma=self.d_sigma))
         self._stream, self._ingest_s, self._reused, self._probed = [], 0.0, None, 0
-        self._calls0 = self._llm_totals()
-        self._expect = self.bank_cache.expect(dialogue_id) if self.bank_cache is not None else None
+        self._expect = None
+        if self.bank_cache is not None:
+            self._expect = self.bank_cache.expect(dialogue_id)
+            if self._ledger is not None:
+                self._ledger.tap()  # this dialogue's ingestion calls, stored with its bank
 
     def _attach(self, bank: MemoryBank, last_id: str | None = None) -> None:
         self.bank = bank
@@ -250,7 +242,7 @@ class AllMem(MemorySystem):
             self._maybe_probe()
             if self.bank_cache is not None and self.bank is not None:
                 events = self.consolidator.log.events if self.consolidator is not None else []
-                calls = _delta(self._llm_totals(), self._calls0)
+                calls = self._ledger.untap() if self._ledger is not None else []
                 self.bank_cache.store(
                     self.dialogue_id, self.save, self._stream, self.stats(), events, self._ingest_s, calls
                 )
@@ -259,26 +251,30 @@ class AllMem(MemorySystem):
         if self.save_banks and self.resources.run_dir is not None and self.bank is not None:
             self.save(Path(self.resources.run_dir) / "banks" / self.dialogue_id)
 
-    def _llm_totals(self) -> dict[str, Any]:
-        llm = self.resources.llm
-        return llm.totals() if llm is not None and hasattr(llm, "totals") else {}
+    @property
+    def _ledger(self) -> Any:
+        return getattr(self.resources.llm, "ledger", None)
 
     def _load_cached(self, path: Path) -> None:
-        """Use the cached bank; its ATC events are copied into this run's events file, marked as reused."""
+        """Use the cached bank; its ATC events are copied into this run's events file, marked as reused, and its
+        ingestion calls are booked in this run's ledger as cached replies."""
         assert self.bank_cache is not None
-        entry, events = BankCache.read(path)
+        entry, events, calls = BankCache.read(path)
         self.load(path / "bank")
         self._expect = None
         self._reused = {
             "hit": True,
             "key": self.bank_cache.key,
             "ingest_s": entry.get("ingest_s"),
-            "calls": entry.get("calls", {}),
             "stats": entry.get("stats", {}),
         }
         if self.consolidator is not None:
             for ev in events:
                 self.consolidator.log.write(ev | {"reused": True})
+        if self._ledger is not None:
+            self._ledger.untap()  # nothing was booked while the stream was matched
+            for line in calls:
+                self._ledger.rebook(line)
         log.info("bank cache: %s loaded from %s", self.dialogue_id, path)
 
     # ------------------------------------------------------------------ retrieval

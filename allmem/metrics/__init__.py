@@ -41,10 +41,6 @@ __all__ = [
 ]
 
 
-def _protocol(protocol: str | Protocol) -> Protocol:
-    return as_protocol(protocol)
-
-
 def _validate_all(records: Sequence[Any], places: Sequence[str]) -> list[dict[str, Any]]:
     """Validate every record and refuse duplicates (a resumed run writing a question twice would count it
     twice) and failed questions (a failed line is no result: the run must be completed first). Uniqueness is
@@ -75,7 +71,7 @@ def score_records(
     """The summary for prediction records (dicts with the ``predictions.jsonl`` fields); JSON-serialisable.
     With ``dataset`` named and an errata file for it (``allmem.metrics.errata``), also ``errata``: the same
     summary with the answer-key errata applied, and which questions they changed."""
-    proto = _protocol(protocol)
+    proto = as_protocol(protocol)
     valid = _validate_all(records, [f"record {i}" for i in range(len(records))])
     out = summarise(valid, proto)
     if dataset is not None and (block := errata_block(valid, proto, dataset)) is not None:
@@ -87,7 +83,7 @@ def item_scores(
     records: Sequence[Mapping[str, Any]], protocol: str | Protocol = "allmem"
 ) -> list[dict[str, float | None] | None]:
     """Per-item metric values (None where excluded or not applicable), aligned with ``records``."""
-    proto = _protocol(protocol)
+    proto = as_protocol(protocol)
     valid = _validate_all(records, [f"record {i}" for i in range(len(records))])
     return [proto.score_item(r) if proto.includes(r) else None for r in valid]
 
@@ -104,7 +100,7 @@ def score_file(
     path: str | Path, protocol: str | Protocol = "allmem", dataset: str | None = None
 ) -> dict[str, Any]:
     """``score_records`` over a predictions JSONL file."""
-    proto = _protocol(protocol)
+    proto = as_protocol(protocol)
     return score_records(load_predictions(path), proto, dataset)
 
 

@@ -66,11 +66,6 @@ def invalid_note(runs: Sequence[Any]) -> str:
     return f"4o-J invalid verdicts (not in its denominator): {'; '.join(parts)}." if parts else ""
 
 
-def judge_variant(record: Mapping[str, Any]) -> str:
-    """default | temporal | update | preference | abstention (the ``allmem`` protocol's rule)."""
-    return as_protocol("allmem").judge_variant(record)
-
-
 def judge_template(record: Mapping[str, Any], protocol: str | Protocol) -> str:
     return as_protocol(protocol).judge_template(record)
 
@@ -149,15 +144,3 @@ def judge_records(
 
     with ThreadPoolExecutor(max_workers=min(workers, len(records))) as pool:
         return list(pool.map(lambda r: judge_record(llm, r, protocol, n_votes), records))
-
-
-def agreement_summary(judges: Sequence[Mapping[str, Any] | None]) -> dict[str, Any]:
-    """Mean vote agreement and how many verdicts were unanimous (majority-vote runs only)."""
-    agree = [float(j["agreement"]) for j in judges if j and "agreement" in j]
-    if not agree:
-        return {"n": 0, "mean_agreement": None, "unanimous": 0}
-    return {
-        "n": len(agree),
-        "mean_agreement": sum(agree) / len(agree),
-        "unanimous": sum(a == 1.0 for a in agree),
-    }

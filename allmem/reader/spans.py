@@ -178,16 +178,6 @@ def tokenize(text: str) -> list[Token]:
     return out
 
 
-def window_texts(text: str, max_words: int = MAX_WORDS) -> list[str]:
-    """Every window of 1..``max_words`` words of ``text``, as an answer would print it."""
-    cores = [t.core for t in tokenize(text)]
-    return [
-        " ".join(cores[i:j])
-        for i in range(len(cores))
-        for j in range(i + 1, min(len(cores), i + max_words) + 1)
-    ]
-
-
 def _edge_ok(toks: list[Token], is_q: np.ndarray) -> np.ndarray:
     """Words a span may start or end with: not a stop word, filler or question word (trimming those only
     shortens the span; gold answers rarely begin or end with them)."""

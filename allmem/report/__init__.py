@@ -17,8 +17,11 @@ import shlex
 import sys
 from pathlib import Path
 
+from allmem.errors import ConfigError
 from allmem.paths import results_dir
-from allmem.report.runs import ALLOW_MIXED_CODE
+from allmem.report.runs import ALLOW_MIXED_CODE, check_same_code
+from allmem.run.files import CONFIG, write_atomic
+from allmem.types import RecordError
 
 MIXED_HELP = "build tables even from runs made by different code (source fingerprints differ or are missing)"
 
@@ -26,9 +29,7 @@ MIXED_HELP = "build tables even from runs made by different code (source fingerp
 def build_report(root: Path, allow_mixed_code: bool = False) -> str:
     from allmem.metrics.judge import invalid_note
     from allmem.report.atc import atc_sections
-    from allmem.report.runs import check_same_code
     from allmem.report.tables import find_runs, group_table, main_table, split_table
-    from allmem.run.files import CONFIG
 
     runs = find_runs(root)
     if not runs:
@@ -74,8 +75,6 @@ def _overview(argv: list[str]) -> int:
     text = build_report(args.root, args.allow_mixed_code)
     print(text)
     if args.out:
-        from allmem.run.files import write_atomic
-
         write_atomic(args.out, text)
     if args.figures:
         from allmem.report.figures import write_figures
@@ -88,11 +87,9 @@ def _overview(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Expected errors (a run folder that cannot be read as a run, a refused mix of runs) print one line."""
-    from allmem.errors import ConfigError
-
     try:
         return _main(list(argv or []))
-    except ConfigError as exc:
+    except (ConfigError, RecordError) as exc:  # RecordError: a run file that is not JSON, named
         print(f"allmem report: error: {exc}", file=sys.stderr)
         return 1
 

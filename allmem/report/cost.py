@@ -13,7 +13,8 @@ Definitions (paper Sec. 4.5 and App. D; METHOD.md, cost accounting):
 - ATC: one event is one consolidation run; tokens are its diagnosis and planning calls, time its wall time;
   amortised per turn = the totals over the turns those runs covered;
 - dollars only when the backend is a real LLM and the config carries prices (``llm.prices``).
-A run that re-used banks (``bank_cache``) reports the ingestion measured when those banks were built.
+A run that re-used banks (``bank_cache``) reports the ingestion time measured when those banks were built; its
+ledger holds the building run's ingestion calls (booked as cached replies), so its tokens are counted as usual.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from allmem.report.runs import Run
 from allmem.report.tables import markdown
 from allmem.run.timing import percentiles
 
-ATC_PHASES = ("diagnose", "plan_split", "plan_merge", "plan_update")
 DEFINITIONS = (
     "Write: wall time of ingestion minus ATC runs, per turn written; tokens: the write phase's LLM calls (in + out).",
     "Search: wall time of system.retrieve per query without the time inside the embedder, so the same whatever the"
@@ -59,16 +59,16 @@ def run_cost(run: Run) -> dict[str, Any]:
     turns = sum(int(s.get("turns", 0)) for s in stats)
     phases = dict(run.metrics.get("cost") or {})
     reused = run.reused_bank
-    # Per dialogue: a bank loaded from the cache was ingested by the run that built it, so its time and write
-    # tokens are the ones measured there; a dialogue that missed the cache (e.g. its bank was still being built
-    # by a run in parallel) was ingested here and is costed from this run's own stats and ledger.
-    write_tokens = _tokens(phases.get("write"))  # this run's own write calls: the dialogues it ingested
+    # Per dialogue: a bank loaded from the cache was ingested by the run that built it, so its time is the one
+    # measured there; a dialogue that missed the cache (e.g. its bank was still being built by a run in parallel)
+    # was ingested here and is timed from this run's own stats. Write tokens come from the ledger either way (a
+    # re-used bank's ingestion calls are booked in it as cached replies).
+    write_tokens = _tokens(phases.get("write"))
     ingest_s = 0.0
     for s in stats:
         cache = s.get("bank_cache") or {}
         if cache.get("hit"):
             ingest_s += float(cache.get("ingest_s") or 0.0)
-            write_tokens += _tokens((cache.get("calls") or {}).get("write"))
         else:
             ingest_s += float(s.get("ingest_s", 0.0)) + float(s.get("end_stream_s", 0.0))
     atc_runs = run.events("run")

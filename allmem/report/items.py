@@ -94,7 +94,7 @@ def _item_frame(run: Run, use_cache: bool) -> pd.DataFrame:
         # replaced while a report read it): the frame is used once but never cached under that digest.
         log.warning("%s changed while it was read; its scores are not cached", path)
         return frame
-    cache_store.write_file(cached, lambda tmp: frame.to_parquet(tmp, index=False, write_page_checksum=True))
+    files.write_via(cached, lambda tmp: frame.to_parquet(tmp, index=False, write_page_checksum=True))
     return frame
 
 

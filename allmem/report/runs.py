@@ -8,7 +8,6 @@ contract changes, this is the file to adapt.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -66,8 +65,7 @@ class Run:
     @cached_property
     def config_hash(self) -> str:
         """The run's identity as the runner recorded it (config and data); computed for runs that predate that."""
-        recorded = (self.metrics.get("run") or {}).get("config_hash")
-        return str(recorded) if recorded else identity.config_hash(self.cfg)
+        return str(identity.recorded_hash(self.path))
 
     def value(self, key: str, default: Any = None) -> Any:
         """A config value by dotted key (``method.retrieval.K``), or ``default`` when absent."""
@@ -76,8 +74,7 @@ class Run:
 
     @cached_property
     def manifest(self) -> dict[str, Any]:
-        path = self.path / files.MANIFEST
-        return json.loads(path.read_text()) if path.exists() else {}
+        return files.read_json(self.path / files.MANIFEST) if (self.path / files.MANIFEST).exists() else {}
 
     @property
     def code(self) -> str | None:
@@ -157,11 +154,7 @@ def judge_verdicts(run: Run) -> dict[tuple[str, str], str | None] | None:
 
 def load_run(path: Path) -> Run:
     cfg = files.read_config(path)  # safe: no objects built, interpolations kept as text
-    try:
-        metrics = json.loads((path / files.METRICS).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path / files.METRICS}: cannot be read as a run's metrics ({exc})") from None
-    return Run(path=path, cfg=cfg, metrics=metrics)
+    return Run(path=path, cfg=cfg, metrics=files.read_json(path / files.METRICS))
 
 
 def find_runs(root: Path) -> list[Run]:

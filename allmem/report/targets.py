@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from allmem import cache_store
 from allmem.defaults import PRIMARY
-from allmem.paths import cache_dir, config_dir
+from allmem.paths import cache_dir, config_dir, resolve_data_path
 from allmem.report.runs import Run, by_hash, find_runs
 from allmem.run import files, identity
 
@@ -179,8 +179,6 @@ def _digest(dataset: str, path: str | None, stamp: tuple[int, int]) -> str:
 
 def _data_digest(dataset: str, path: str | None) -> str:
     """The runner's data digest, computed once per file version (size and modification time)."""
-    from allmem.paths import resolve_data_path
-
     st = resolve_data_path(dataset, path).stat()
     return _digest(dataset, path, (st.st_size, st.st_mtime_ns))
 
@@ -215,17 +213,12 @@ class _HashCache:
     def _read(self, quiet: bool = False) -> dict[str, dict]:
         """The file's well-formed entries; a torn, garbled or malformed file (or entry) is left out with a warning
         and rebuilt by composing, never trusted."""
-        try:
-            data = json.loads(self.path.read_text())
-        except FileNotFoundError:
+        if not self.path.exists():
             return {}
-        except (OSError, ValueError) as exc:
-            if not quiet:
-                log.warning("%s: unreadable cache (%s); composing again", self.path, exc)
-            return {}
+        data = files.read_json(self.path, None)  # None: torn or not JSON
         good = {k: e for k, e in data.items() if _entry_ok(k, e)} if isinstance(data, dict) else {}
         if not quiet and (not isinstance(data, dict) or len(good) != len(data)):
-            log.warning("%s: malformed entries left out; composing them again", self.path)
+            log.warning("%s: unreadable or malformed entries left out; composing them again", self.path)
         return good
 
     def config_hash(self, overrides: Sequence[str]) -> str:

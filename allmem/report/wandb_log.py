@@ -9,7 +9,6 @@ recoverability curve); and the per-question scores as a table.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -69,11 +68,11 @@ def log_run(cfg: DictConfig, run_dir: Path) -> bool:
 
     from allmem.report.items import item_frame
     from allmem.report.runs import load_run
-    from allmem.run.files import DONE, METRICS
+    from allmem.run.files import DONE, METRICS, read_json
 
     if not (run_dir / DONE).exists():
         raise ValueError(f"{run_dir}: not sealed (no {DONE}); only a complete run is logged")
-    metrics = json.loads((run_dir / METRICS).read_text(encoding="utf-8"))
+    metrics = read_json(run_dir / METRICS)
     config = OmegaConf.to_container(cfg, resolve=True)
     run = wandb.init(
         project=str(node.get("project", "allmem")), mode=str(node.get("mode", "offline")), name=run_dir.name,

@@ -32,9 +32,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from allmem.errors import ConfigError, RunCorrupt, RunLocked
+from allmem.errors import ConfigError, RunCorrupt, RunLocked, expected_errors, is_environment_error
 from allmem.fingerprint import source_fingerprint
 from allmem.llm.ledger import totals_of
+from allmem.paths import repo_root
 from allmem.run import files
 from allmem.types import RECORD_VERSION, Dialogue
 
@@ -48,8 +49,6 @@ def _declared_packages() -> list[str]:
     import re
     import tomllib
 
-    from allmem.paths import repo_root
-
     pyproject = repo_root() / "pyproject.toml"
     try:
         reqs = list(tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"])
@@ -60,17 +59,19 @@ def _declared_packages() -> list[str]:
 
 
 class RunLock:
-    """An exclusive ``flock`` on ``<run_dir>/.lock``, holding the owner's PID; creates the directory."""
+    """An exclusive ``flock`` on ``<run_dir>/.lock``, holding the owner's PID; creates the directory. ``wait``:
+    block until the holder releases it (a shard sealing the run) instead of failing at once."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, wait: bool = False) -> None:
         self.run_dir = run_dir
+        self.wait = wait
         self._fd: int | None = None
 
     def __enter__(self) -> RunLock:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.run_dir / files.LOCK, os.O_RDWR | os.O_CREAT, 0o666)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX if self.wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.read(fd, 200).decode("utf-8", "replace").strip() or "unknown"
             os.close(fd)
@@ -138,12 +139,8 @@ def provenance(data_files: Iterable[Path], backend: dict[str, Any]) -> dict[str,
 
 def _read_manifest(run_dir: Path) -> dict[str, Any]:
     path = run_dir / files.MANIFEST
-    if not path.exists():
-        return {}
-    try:  # written atomically by allmem, so a bad manifest was changed by something else: refuse, name it
-        manifest = json.loads(path.read_bytes())
-    except (ValueError, RecursionError) as exc:
-        manifest = exc
+    # written atomically by allmem, so a bad manifest was changed by something else: refuse, name it
+    manifest = files.read_json(path, None) if path.exists() else {}
     if not isinstance(manifest, dict):
         raise RunCorrupt(
             f"{path}: not a JSON object; allmem writes it whole, so something else changed it: restore it, or "
@@ -255,8 +252,6 @@ def readable_records(run_dir: Path) -> list[dict[str, Any]]:
 def ended_by(exc: BaseException) -> str:
     """The status of an attempt that an exception ended: ``failed`` for an expected error (the user's to fix: a
     corrupt file, a full disk, a refused config, ...), ``crashed`` for anything else (a bug)."""
-    from allmem.errors import expected_errors, is_environment_error
-
     return "failed" if isinstance(exc, expected_errors()) or is_environment_error(exc) else "crashed"
 
 

@@ -17,15 +17,18 @@ from pathlib import Path
 from typing import Any
 
 from allmem.run import files
-from allmem.run.identity import identity_of
+from allmem.run.identity import identity, recorded_hash
 
 # Fields that may differ between two runs of the same config on the same data and code, and only those: timings
 # (latencies, wall clocks, per-event means of them), whether an LLM reply came from the cache and the counts
-# derived from that flag, attempt and retry numbers, timestamps, and the process that ran it (pid, argv). A key
+# derived from that flag, whether a bank and its ATC events came from the bank cache (``bank_cache``, ``reused``;
+# its ingestion calls are booked either way), attempt and retry numbers, timestamps, and the process that ran it
+# (pid, argv). A key
 # matching one of these glob patterns is left out wherever it occurs, in every file. docs/DESIGN.md states it.
 SAME_RESULT_IGNORES: tuple[str, ...] = (
     "*latency*", "*_ms", "*_ms_*", "*_s", "*_s_*",  # timings: latency_ms, write_describe_ms, wall_s, ingest_s
     "cached", "spent_tokens_*",  # a cached reply and what it spared (the cache state on this machine)
+    "bank_cache", "reused",  # a bank loaded from the bank cache, and the ATC events that came with it
     "attempt", "attempts", "retries",  # how many tries it took
     "*_at", "pid", "argv",  # when and by which process
 )  # fmt: skip
@@ -74,9 +77,10 @@ def _records(path: Path) -> dict[str, Any]:
     return out
 
 
-def _manifest_view(path: Path) -> dict[str, Any]:
-    """The manifest without ignored fields; ``data`` by content only (where the data lay is placement)."""
-    data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+def _json_view(path: Path) -> dict[str, Any]:
+    """Metrics or the manifest without ignored fields ({} when absent); the manifest's ``data`` by content only
+    (where the data lay is placement)."""
+    data = files.read_json(path) if path.exists() else {}
     if isinstance(data.get("data"), dict):
         data["data"] = sorted(data["data"].values())
     return _strip(data)
@@ -92,14 +96,10 @@ def same_result(a: Path, b: Path, limit: int = 5) -> list[str]:
     for name in (files.CONFIG, files.METRICS, files.MANIFEST, *_COMPARED, files.DONE):
         if (a / name).exists() != (b / name).exists():
             out.append(f"{name}: only in {'A' if (a / name).exists() else 'B'}")
-    ia, ib = (identity_of(files.read_config_data(p)) for p in (a, b))
+    ia, ib = (identity(files.read_config_data(p)) for p in (a, b))
     _diff(ia, ib, files.CONFIG, out, limit)
-    for name in (files.METRICS,):
-        pa, pb = a / name, b / name
-        ja = _strip(json.loads(pa.read_text(encoding="utf-8"))) if pa.exists() else {}
-        jb = _strip(json.loads(pb.read_text(encoding="utf-8"))) if pb.exists() else {}
-        _diff(ja, jb, name, out, limit)
-    _diff(_manifest_view(a / files.MANIFEST), _manifest_view(b / files.MANIFEST), files.MANIFEST, out, limit)
+    for name in (files.METRICS, files.MANIFEST):
+        _diff(_json_view(a / name), _json_view(b / name), name, out, limit)
     for name in _COMPARED:
         ra, rb = _records(a / name), _records(b / name)
         if name == files.PREDICTIONS:
@@ -122,22 +122,14 @@ def _runs(root: Path) -> dict[str, Path]:
     return {d.relative_to(root).as_posix(): d for d in found if "wandb" not in d.relative_to(root).parts}
 
 
-def _hash(run: Path) -> str | None:
-    path = run / files.METRICS
-    try:
-        return (json.loads(path.read_text(encoding="utf-8")).get("run") or {}).get("config_hash")
-    except (OSError, ValueError):
-        return None
-
-
 def compare_roots(a: Path, b: Path) -> list[tuple[str, list[str] | None]]:
     """``(run, differences)`` per run of either root; differences None when the other root lacks it."""
     ra, rb = _runs(a), _runs(b)
-    by_hash = {h: rel for rel, p in rb.items() if (h := _hash(p))}
+    by_hash = {h: rel for rel, p in rb.items() if (h := recorded_hash(p))}
     out: list[tuple[str, list[str] | None]] = []
     matched: set[str] = set()
     for rel, path in ra.items():
-        other = rel if rel in rb else by_hash.get(_hash(path) or "")
+        other = rel if rel in rb else by_hash.get(recorded_hash(path) or "")
         if other is None:
             out.append((rel, None))
             continue

@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 
 from omegaconf import DictConfig, OmegaConf
 
+from allmem.errors import ConfigError
 from allmem.types import RecordError
 
 CONFIG = "config.yaml"
@@ -38,6 +39,12 @@ MANIFEST = "manifest.json"
 EVENTS = "atc_events.jsonl"  # written by All-Mem's consolidation (allmem.memory.atc.events)
 LOCK = ".lock"
 DONE = "DONE"
+# Scale-out (allmem/run/parallel.py, allmem/run/shards.py): a worker's per-dialogue folder of the run files
+# above, the merge-in-progress record inside one, a shard's folder and what a finished shard states.
+PARTS = "parts"
+MERGING = ".merging"
+SHARDS = "shards"
+SHARD_INFO = "shard.json"
 JUDGES = "judges"  # <run>/judges/<key>/: another judge's verdicts (allmem judge, allmem/run/rejudge.py)
 JUDGE_INFO = "judge.json"  # in a judge folder: the judge's identity
 VERDICTS = "verdicts.jsonl"  # in a judge folder: one line per judged question
@@ -64,8 +71,6 @@ def read_config_data(run_dir: Path) -> dict[str, Any]:
     (``${oc.env:KEY}`` stays that text) or instantiates a ``_target_``. A file that is not a YAML mapping is a
     ``ConfigError`` naming it."""
     import yaml
-
-    from allmem.errors import ConfigError
 
     path = Path(run_dir) / CONFIG
     try:
@@ -109,21 +114,17 @@ def write_atomic(path: Path, data: str | bytes) -> None:
     """Write text (UTF-8) or bytes via a temporary file and rename, so a reader never sees half a file. The file
     gets the mode the umask gives any new file (``mkstemp`` would make it 0600, unreadable to a teammate sharing
     the results)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with os.fdopen(fd, "wb") as fh:
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "xb") as fh:  # created 0666 less the umask
             fh.write(data if isinstance(data, bytes) else data.encode("utf-8"))
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+
+    try:
+        write_via(path, write)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         _named(exc, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def write_via(path: Path, write: Callable[[Path], None]) -> Path:
@@ -228,6 +229,20 @@ def write_json(path: Path, obj: Any) -> None:
     write_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
+_RAISE: Any = object()
+
+
+def read_json(path: Path, default: Any = _RAISE) -> Any:
+    """A whole JSON file (metrics, a manifest, a cache index). ``default`` when it is missing or unreadable, if
+    given; else a ``RecordError`` naming the file. The one JSON-file reader."""
+    try:
+        return json.loads(Path(path).read_bytes())
+    except (OSError, ValueError, RecursionError) as exc:
+        if default is not _RAISE:
+            return default
+        raise RecordError(f"{path}: not readable as JSON ({str(exc)[:80]})") from None
+
+
 def iter_jsonl(path: Path, whole: bool = False) -> Iterator[tuple[int, Any]]:
     """``(line number, value)`` for each line of a JSONL file; blank lines are skipped. A last line with no
     newline that does not parse is a torn tail (a process killed mid-write) and is left out; any other bad line
@@ -301,6 +316,17 @@ def append_jsonl(path: Path, obj: Any) -> None:
     try:
         with path.open("a", encoding="utf-8") as fh:
             fh.write(dump_line(obj))
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        _named(exc, path)
+
+
+def append_bytes(path: Path, data: bytes) -> None:
+    """Append whole lines already encoded (a worker's part of a run file), flushed and synced."""
+    try:
+        with path.open("ab") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
     except OSError as exc:

@@ -14,6 +14,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from allmem.errors import ConfigError
 from allmem.paths import resolve_data_path  # importing it also registers the ${allmem.repo:...} resolver
 from allmem.run import files
 
@@ -22,12 +23,14 @@ from allmem.run import files
 # (``data_digest``), so ``dataset.path`` is a placement key too. Every other key (``run.seed``, ``run.judge``,
 # the protocol, the budget, ...) changes the identity. docs/DESIGN.md lists the rule.
 NOT_IDENTITY: tuple[str, ...] = (
-    "run.root", "run.name", "run.progress", "paths", "wandb", "hydra",
+    "run.root", "run.name", "run.progress", "run.workers", "run.shard", "paths", "wandb", "hydra",
     "dataset.path", "dataset.fit_dialogues", "embedder.cache_dir", "embedder.batch_size",
     "llm.timeout_s", "llm.connect_timeout_s", "llm.max_retries", "llm.backoff_base_s", "llm.backoff_max_s",
     "llm.max_concurrency", "llm.rpm", "llm.tpm", "llm.breaker_after", "llm.try_timeout_s", "llm.call_timeout_s",
     "llm.cache", "llm.prices", "llm.api_key_env",
     "run.bank_cache",  # where All-Mem keeps re-usable banks (a re-used bank answers the same)
+    # thread pools whose results are gathered in stream / buffer order (tests/test_faults_determinism.py)
+    "method.write.describe_workers", "method.atc.workers", "atc.workers",  # method.atc is ${atc}
 )  # fmt: skip
 # Override keys the path already shows (``<dataset>/<method>...``): not repeated in the name.
 _IN_PATH = ("dataset", "method")
@@ -51,23 +54,16 @@ def _drop_keys(data: dict[str, Any], prefixes: Iterable[str], parent: str = "") 
 def identity(cfg: DictConfig | dict[str, Any]) -> dict[str, Any]:
     """The resolved config without the keys in ``NOT_IDENTITY``: what a run's results depend on, besides data.
     A plain dict (a stored config, ``files.read_config_data``) is taken as it is, never resolved."""
-    return identity_of(cfg if isinstance(cfg, dict) else files.plain(cfg))
+    data = cfg if isinstance(cfg, dict) else files.plain(cfg)
+    dataset = data.get("dataset")
+    if isinstance(dataset, dict) and dataset.get("sample") is None and dataset.get("sample_dialogues") is None:
+        return _drop_keys(data, (*NOT_IDENTITY, *_SAMPLING))  # sampling off: its keys change nothing
+    return _drop_keys(data, NOT_IDENTITY)
 
 
 # Sampling keys (benchmarks/sampling.py) count only when sampling is on: with ``sample`` and
 # ``sample_dialogues`` both null the seed changes nothing, and the hashes of runs made before the keys existed hold.
 _SAMPLING = ("dataset.sample", "dataset.sample_seed", "dataset.sample_dialogues")
-
-
-def identity_of(data: dict[str, Any]) -> dict[str, Any]:
-    dataset = data.get("dataset")
-    if (
-        isinstance(dataset, dict)
-        and dataset.get("sample") is None
-        and dataset.get("sample_dialogues") is None
-    ):
-        return _drop_keys(data, (*NOT_IDENTITY, *_SAMPLING))
-    return _drop_keys(data, NOT_IDENTITY)
 
 
 def data_digest(cfg: DictConfig) -> str:
@@ -136,8 +132,6 @@ def resolve(cfg: DictConfig, overrides: Iterable[str] = (), data: str | None = N
 def checked_name(name: str) -> str:
     """``run.name`` as a folder under ``run.root``: relative, and no part ``..``, ``.`` or empty (a name that
     escapes the root, or is the root itself, could write into or mistake another folder for a run)."""
-    from allmem.errors import ConfigError
-
     parts = name.split("/")
     if name.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\0" in name:
         raise ConfigError(
@@ -166,8 +160,6 @@ _CREDENTIALS = "holds credentials (user:password@host); put the key in the varia
 def refuse_credentials(data: Any, where: str = "") -> None:
     """Refuse a config holding a URL with credentials (``llm.base_url``) before anything is written: the URL
     would reach the run directory's name, config.yaml, the manifest and metrics. The message never repeats it."""
-    from allmem.errors import ConfigError
-
     if isinstance(data, dict):
         for key, value in data.items():
             refuse_credentials(value, f"{where}.{key}" if where else str(key))
@@ -191,18 +183,10 @@ def credential_override(argv: Iterable[str]) -> str | None:
 def recorded_hash(run_dir: Path) -> str | None:
     """The identity hash a complete run recorded (``metrics.json`` ``run.config_hash``), else computed from its
     stored config and the data digest of its first attempt."""
-    try:
-        metrics = json.loads((run_dir / files.METRICS).read_text(encoding="utf-8"))
-        if (metrics.get("run") or {}).get("config_hash"):
-            return str(metrics["run"]["config_hash"])
-    except (OSError, ValueError):
-        pass
-    if not (run_dir / files.CONFIG).exists():
-        return None
-    try:
-        manifest = json.loads((run_dir / files.MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        manifest = {}
+    recorded = (files.read_json(run_dir / files.METRICS, {}).get("run") or {}).get("config_hash")
+    if recorded or not (run_dir / files.CONFIG).exists():
+        return str(recorded) if recorded else None
+    manifest = files.read_json(run_dir / files.MANIFEST, {})
     digest = next(
         (a.get("data_digest") for a in manifest.get("attempts") or () if a.get("data_digest")), None
     )
@@ -217,18 +201,13 @@ def reusable(run_dir: Path, cfg: DictConfig, digest: str) -> bool:
         return False
     want, have = config_hash(cfg, digest), recorded_hash(run_dir)
     if have != want:
-        from allmem.errors import ConfigError
-
         raise ConfigError(
             f"{run_dir}: holds a complete run of another config or data (hash {have}, this one {want}); "
             "choose another run.name or delete the folder"
         )
     from allmem.fingerprint import source_fingerprint
 
-    try:
-        made_by = json.loads((run_dir / files.MANIFEST).read_text(encoding="utf-8")).get("code")
-    except (OSError, ValueError):
-        made_by = None
+    made_by = files.read_json(run_dir / files.MANIFEST, {}).get("code")
     if made_by != source_fingerprint():  # reused as asked, but never silently (the paper targets refuse it)
         logging.getLogger("allmem.run").warning(
             "%s was made by other code (source fingerprint %s, this code %s); delete it to run it again",
@@ -252,8 +231,6 @@ def complete_twin(run_dir: Path) -> Path | None:
 def prepare(run_dir: Path, cfg: DictConfig) -> None:
     """Create the directory and write the resolved config; refuse to resume a run made with another config
     (the data are compared per attempt, ``allmem.run.attempts.begin``)."""
-    from allmem.errors import ConfigError
-
     run_dir.mkdir(parents=True, exist_ok=True)
     text = OmegaConf.to_yaml(cfg, resolve=True)
     path = run_dir / files.CONFIG

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from omegaconf import DictConfig, OmegaConf
 
 from allmem.errors import ConfigError
-from allmem.llm import validate_llm_config
+from allmem.llm import cache_path, validate_llm_config
 from allmem.llm.base import LLMError
 from allmem.run.files import plain
 from allmem.types import Dialogue
@@ -128,7 +128,6 @@ def _probe(url: str, host: str, port: int, key: str, connect_s: float, read_s: f
 
 
 def _check_replay(cfg: DictConfig) -> None:
-    from allmem.llm import cache_path
     from allmem.llm.cache import unreadable
 
     path = cache_path(cfg.llm, Path(cfg.paths.cache_dir) / "llm")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
@@ -28,11 +28,11 @@ from tqdm.auto import tqdm
 
 from allmem.budget import pack
 from allmem.errors import ConfigError, RunFailed
-from allmem.metrics import score_records
+from allmem.metrics import dataset_for, score_records
 from allmem.metrics.judge import invalid_warning
 from allmem.metrics.protocols import Protocol
 from allmem.metrics.retrieval import rank_source_ids
-from allmem.run import attempts, files, identity, preflight
+from allmem.run import attempts, files, identity, parallel, preflight, shards
 from allmem.run import timing as timers
 from allmem.systems import MemorySystem, Resources
 from allmem.types import AnswerInfo, AnswerRequest, Dialogue, Prediction, Question
@@ -190,25 +190,39 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
     t_start = time.perf_counter()
     # Everything that can fail on input or config fails here, before the run directory exists.
     preflight.check_config(cfg)
+    shard = shards.parse(cfg.run.get("shard"))
+    parallel.workers(cfg)  # a bad run.workers is refused here
     dialogues = load_dataset(cfg.dataset)
     input_counts = preflight.check_data(dialogues, cfg)
     protocol: Protocol = _built("protocol", lambda: instantiate(cfg.protocol))
-    svc = _Services.build(cfg, run_dir)
+    # a shard writes into its own folder under its own lock (allmem.run.shards); a run into the run directory
+    out_dir = run_dir if shard is None else shards.folder(run_dir, shard)
+    mine = dialogues if shard is None else shards.select(dialogues, shard)
+    svc = Services.build(cfg, out_dir)
     backend = _backend(cfg, svc.llm, svc.embedder)
     data_files = sorted({Path(d.source) for d in dialogues if d.source})
+    seal_info = {
+        "label": identity.run_label(cfg, overrides),
+        "config_hash": identity.config_hash(cfg, digest),
+        "backend": backend,
+        "inputs": input_counts,
+    }
 
-    with attempts.RunLock(run_dir):
+    with attempts.RunLock(out_dir):
         if identity.reusable(run_dir, cfg, digest):  # another process finished it while this one was starting
             print(f"[allmem] skip (complete): {run_dir}")
             return run_dir
-        identity.prepare(run_dir, cfg)
-        attempt = attempts.begin(run_dir, data_files, backend, digest)
+        if shard is not None:
+            shards.check_layout(run_dir, shard)
+        identity.prepare(run_dir, shards.unsharded(cfg))
+        attempt = attempts.begin(out_dir, data_files, backend, digest)
         status, stopped = "crashed", None
         try:  # from here on, however the attempt ends (an error, Ctrl-C, SIGTERM), the manifest says how
             if svc.ledger is not None:
                 svc.ledger.set_attempt(attempt)
-            done, redo = attempts.resume(run_dir, dialogues)
-            stopped = _answer_all(cfg, svc, protocol, dialogues, done, set(redo), attempt)
+            parallel.recover(out_dir)  # parts a killed attempt left go into the run files first
+            done, redo = attempts.resume(out_dir, mine)
+            stopped = _answer_all(cfg, svc, protocol, mine, done, set(redo), attempt)
             status = "stopped" if stopped else "finished"
         except KeyboardInterrupt:
             status = "interrupted"
@@ -218,88 +232,110 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
             status = attempts.ended_by(exc)
             raise
         finally:
-            records = attempts.readable_records(run_dir)
+            records = attempts.readable_records(out_dir)
             failed = [r for r in records if r.get("error") is not None]
             if status == "finished":
                 status = "failed" if failed else "complete"
             attempts.end(
-                run_dir, attempt, status, answered=len(records) - len(failed), failed=len(failed),
+                out_dir, attempt, status, answered=len(records) - len(failed), failed=len(failed),
                 failed_ids=[r["question_id"] for r in failed][:100],
                 last_error=str(stopped) if stopped else (failed[-1]["error"] if failed else None),
                 wall_s=round(time.perf_counter() - t_start, 3),
             )  # fmt: skip
         if status != "complete":
-            raise RunFailed(_summary(records, failed, stopped, svc, run_dir))
-
-        metrics = score_records(records, protocol, dataset=cfg.dataset.name)  # + LoCoMo errata
-        if warning := invalid_warning(metrics, str(run_dir)):  # allmem.metrics.judge.INVALID_WARN_RATE
-            log.warning(warning)
-        metrics["run"] = {
-            "label": identity.run_label(cfg, overrides),
-            "config_hash": identity.config_hash(cfg, digest),
-            "attempts": attempt,
-        }
-        metrics["backend"] = backend
-        metrics |= attempts.run_cost(run_dir)
-        metrics["inputs"] = input_counts
-        metrics["system"] = _system_summary(files.read_jsonl(run_dir / files.SYSTEM_STATS))
-        metrics["wall_s_last_session"] = time.perf_counter() - t_start
-        files.write_json(run_dir / files.METRICS, metrics)
-        files.write_atomic(run_dir / files.DONE, "complete\n")
+            raise RunFailed(_summary(records, failed, stopped, svc, out_dir))
+        seal_info["wall_s_last_session"] = time.perf_counter() - t_start
+        if shard is None:
+            seal(run_dir, records, protocol, seal_info | {"attempts": attempt})
+        else:
+            shards.finish(out_dir, shard, dialogues, seal_info)
+    if shard is not None and not shards.seal_if_complete(run_dir, protocol):
+        print(f"[allmem] shard {shard[0]}/{shard[1]} done; the run is sealed when every shard is: {run_dir}")
+        return run_dir
     print(f"[allmem] done: {run_dir}")
     return run_dir
 
 
+def seal(run_dir: Path, records: list[dict[str, Any]], protocol: Protocol, info: dict[str, Any]) -> None:
+    """Score a run's records and seal its directory: ``metrics.json``, then ``DONE``. ``info``: ``label``,
+    ``config_hash``, ``attempts``, ``backend``, ``inputs``, ``wall_s_last_session``."""
+    metrics = score_records(records, protocol, dataset_for(run_dir))  # + the dataset's answer-key errata
+    if warning := invalid_warning(metrics, str(run_dir)):  # allmem.metrics.judge.INVALID_WARN_RATE
+        log.warning(warning)
+    metrics["run"] = {k: info[k] for k in ("label", "config_hash", "attempts")}
+    metrics["backend"] = info["backend"]
+    metrics |= attempts.run_cost(run_dir)
+    metrics["inputs"] = info["inputs"]
+    metrics["system"] = _system_summary(files.read_jsonl(run_dir / files.SYSTEM_STATS))
+    metrics["wall_s_last_session"] = info["wall_s_last_session"]
+    files.write_json(run_dir / files.METRICS, metrics)
+    files.write_atomic(run_dir / files.DONE, "complete\n")
+
+
 def _answer_all(
-    cfg: DictConfig, svc: _Services, protocol: Protocol, dialogues: list[Dialogue], done: set[str],
+    cfg: DictConfig, svc: Services, protocol: Protocol, dialogues: Sequence[Dialogue], done: set[str],
     redo: set[str], attempt: int,
 ) -> BaseException | None:  # fmt: skip
     """Ingest every dialogue in ``redo`` and answer its unanswered questions, appending each record as it is
-    made. Returns the ``CircuitOpen`` that stopped the attempt early, else None."""
+    made: here, or in ``run.workers`` processes (``allmem.run.parallel``). Returns the ``CircuitOpen`` that
+    stopped the attempt early, else None."""
     from allmem.llm.client import CircuitOpen
 
-    run_dir, ledger = svc.run_dir, svc.ledger
-    judge = _judge_fn(cfg, svc.llm, protocol)
     n_total = sum(len(d.questions) for d in dialogues)
     bar = tqdm(
         total=n_total, initial=len(done), desc=f"{cfg.method.name}", unit="q", disable=not cfg.run.progress
     )
     try:
+        if parallel.workers(cfg) > 1:
+            return parallel.answer_all(cfg, svc.run_dir, dialogues, done, redo, attempt, bar)
+        judge = judge_fn(cfg, svc.llm, protocol)
         with (
-            files.JsonlWriter(run_dir / files.PREDICTIONS) as out,
-            files.JsonlWriter(run_dir / files.SYSTEM_STATS) as stats_out,
+            files.JsonlWriter(svc.run_dir / files.PREDICTIONS) as out,
+            files.JsonlWriter(svc.run_dir / files.SYSTEM_STATS) as stats_out,
         ):
             for dialogue in dialogues:
                 todo = [q for q in dialogue.questions if q.id not in done]
                 if dialogue.id not in redo or not todo:
                     continue
-                before = _failures(ledger)
-                with ledger_scope(svc.llm, dialogue_id=dialogue.id):
-                    timing = ingest(svc.system, dialogue, bool(cfg.run.progress))
-                broke = _new_failures(ledger, before)
-                stats_out.write(
-                    {"dialogue_id": dialogue.id, "attempt": attempt, **timing, **svc.system.stats()}
+                answer_dialogue(
+                    cfg, svc, protocol, judge, dialogue, todo, attempt, out, stats_out, bar.update
                 )
-                for question in todo:
-                    if broke:  # its memory is incomplete: do not pay for answers that cannot count
-                        pred = _failed(question, f"ingest of {dialogue.id}: {broke}", attempt)
-                    else:
-                        before = _failures(ledger)
-                        with ledger_scope(svc.llm, dialogue_id=dialogue.id, question_id=question.id):
-                            pred = answer_question(
-                                svc.system, svc.generator, question, int(cfg.budget.tokens), int(cfg.run.seed),
-                                judge, protocol, attempt, embedder=svc.embedder,
-                            )  # fmt: skip
-                        lost = _new_failures(ledger, before)
-                        if lost and pred.error is None:  # e.g. a retrieval-phase call of the memory system
-                            pred = replace(pred, error=lost)
-                    out.write(pred.to_json())
-                    bar.update(1)
     except CircuitOpen as exc:
         return exc
     finally:
         bar.close()
     return None
+
+
+def answer_dialogue(
+    cfg: DictConfig, svc: Services, protocol: Protocol, judge: Callable[[dict[str, Any]], dict[str, Any] | None]
+    | None, dialogue: Dialogue, todo: list[Question], attempt: int, out: files.JsonlWriter,
+    stats_out: files.JsonlWriter, answered: Callable[[int], Any] = lambda n: None,
+) -> None:  # fmt: skip
+    """One dialogue: ingest it (one ``system_stats.jsonl`` line) and answer ``todo`` (a prediction line each,
+    ``answered(1)`` after each). The in-process loop and every worker process (``allmem.run.parallel``) run
+    this; ``CircuitOpen`` propagates."""
+    ledger = svc.ledger
+    before = _failures(ledger)
+    with ledger_scope(svc.llm, dialogue_id=dialogue.id):
+        timing = ingest(svc.system, dialogue, bool(cfg.run.progress))
+    broke = _new_failures(ledger, before)
+    stats_out.write({"dialogue_id": dialogue.id, "attempt": attempt, **timing, **svc.system.stats()})
+    for question in todo:
+        if broke:  # its memory is incomplete: do not pay for answers that cannot count
+            pred = _failed(question, f"ingest of {dialogue.id}: {broke}", attempt)
+        else:
+            before = _failures(ledger)
+            with ledger_scope(svc.llm, dialogue_id=dialogue.id, question_id=question.id):
+                pred = answer_question(
+                    svc.system, svc.generator, question, int(cfg.budget.tokens), int(cfg.run.seed),
+                    judge, protocol, attempt, embedder=svc.embedder,
+                )  # fmt: skip
+            lost = _new_failures(ledger, before)
+            if lost and pred.error is None:  # e.g. a retrieval-phase call of the memory system
+                pred = replace(pred, error=lost)
+        out.write(pred.to_json())
+        answered(1)
 
 
 def _failed(question: Question, error: str, attempt: int) -> Prediction:
@@ -328,7 +364,7 @@ def _new_failures(ledger: Any, before: dict[str, int]) -> str | None:
 
 
 def _summary(
-    records: list[dict[str, Any]], failed: list[dict[str, Any]], stopped: BaseException | None, svc: _Services,
+    records: list[dict[str, Any]], failed: list[dict[str, Any]], stopped: BaseException | None, svc: Services,
     run_dir: Path,
 ) -> str:  # fmt: skip
     """The one line a failed run ends with: how many failed, where the LLM is, the last error, what to do."""
@@ -361,7 +397,7 @@ def _built(group: str, make: Callable[[], Any]) -> Any:
         raise ConfigError(f"{group}: {exc}") from exc
 
 
-class _Services:
+class Services:
     """The components a run uses, built before its directory exists (building checks their arguments)."""
 
     def __init__(self, run_dir: Path, llm: Any, embedder: Any, generator: Any, system: MemorySystem) -> None:
@@ -375,9 +411,11 @@ class _Services:
         self.ledger = getattr(llm, "ledger", None)
 
     @classmethod
-    def build(cls, cfg: DictConfig, run_dir: Path) -> _Services:
-        embedder_cache = cfg.embedder.get("cache_dir") or Path(cfg.paths.cache_dir) / "embeddings"
-        embedder = _built("embedder", lambda: build(cfg.embedder, cache_dir=embedder_cache))
+    def build(cls, cfg: DictConfig, run_dir: Path, embedder: Any = None) -> Services:
+        """Every component, the ledger and the system's own files in ``run_dir``; ``embedder``: one already
+        built (a worker process keeps one for all its dialogues)."""
+        if embedder is None:
+            embedder = build_embedder(cfg)
         llm = _built("llm", lambda: _build_llm(cfg, run_dir))
         resources = Resources(embedder=embedder, llm=llm, run_dir=run_dir)
         generator = _built("generator", lambda: build(cfg.generator, embedder=embedder, llm=llm))
@@ -387,6 +425,11 @@ class _Services:
         }  # to methods taking them
         system = _built("method", lambda: build(cfg.method, resources=resources, **per_run))
         return cls(run_dir, llm, embedder, generator, system)
+
+
+def build_embedder(cfg: DictConfig) -> Any:
+    embedder_cache = cfg.embedder.get("cache_dir") or Path(cfg.paths.cache_dir) / "embeddings"
+    return _built("embedder", lambda: build(cfg.embedder, cache_dir=embedder_cache))
 
 
 def _build_llm(cfg: DictConfig, run_dir: Path) -> Any:
@@ -414,7 +457,7 @@ def _backend(cfg: DictConfig, llm: Any, embedder: Any = None) -> dict[str, Any]:
     }
 
 
-def _judge_fn(
+def judge_fn(
     cfg: DictConfig, llm: Any, protocol: Protocol
 ) -> Callable[[dict[str, Any]], dict[str, Any] | None] | None:
     """The LLM judge, when enabled and the backend can judge (the offline backend cannot: 4o-J stays null)."""

@@ -12,7 +12,8 @@ from functools import lru_cache
 
 from nltk.stem import PorterStemmer
 
-from allmem.text import NUMBER_WORDS, is_stop_token, tokens
+from allmem.text import NUMBER_WORDS, is_stop_token
+from allmem.text import tokens as words  # word and number tokens, original casing
 
 # Sentence boundary: terminal punctuation (optionally closing quote/bracket) then whitespace.
 _SENT_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+")
@@ -79,11 +80,6 @@ _stemmer = PorterStemmer()
 def stem(word: str) -> str:
     """Porter stem of a lower-cased word; cached because the same words recur across every context."""
     return _stemmer.stem(word.lower())
-
-
-def words(text: str) -> list[str]:
-    """Word and number tokens with their original casing (``allmem.text.tokens``)."""
-    return tokens(text)
 
 
 def is_stop(word: str) -> bool:
