@@ -56,7 +56,11 @@ def identity(cfg: DictConfig | dict[str, Any]) -> dict[str, Any]:
     A plain dict (a stored config, ``files.read_config_data``) is taken as it is, never resolved."""
     data = cfg if isinstance(cfg, dict) else files.plain(cfg)
     dataset = data.get("dataset")
-    if isinstance(dataset, dict) and dataset.get("sample") is None and dataset.get("sample_dialogues") is None:
+    if (
+        isinstance(dataset, dict)
+        and dataset.get("sample") is None
+        and dataset.get("sample_dialogues") is None
+    ):
         return _drop_keys(data, (*NOT_IDENTITY, *_SAMPLING))  # sampling off: its keys change nothing
     return _drop_keys(data, NOT_IDENTITY)
 
