@@ -119,7 +119,7 @@ def test_ingest_times_every_turn() -> None:
     turns = make_turns(["a", "b", "c", "d"])
     session = Session(id="S1", date=turns[0].timestamp, index=0, turns=tuple(turns))
     out = ingest(_DenseSystem(_CachedEmbedder()), Dialogue(id="d", sessions=(session,), questions=()), False)
-    assert len(out["turn_write_ms"]) == 4
+    assert len(out["turn_write_ms"]) == 4 and len(out["session_end_ms"]) == 1  # one session
     assert all(ms >= 1.0 for ms in out["turn_write_ms"][1::2])  # the odd turns sleep 1 ms
 
 
@@ -134,7 +134,7 @@ def test_table2_tails_by_hand(tmp_path: Path) -> None:
     ]  # fmt: skip
     files.write_atomic(path / files.PREDICTIONS, "".join(files.dump_line(r) for r in records))
     stats = [{"dialogue_id": "d", "turns": 5, "ingest_s": 0.015, "end_stream_s": 0.0,
-              "turn_write_ms": [1.0, 1.0, 2.0, 1.0, 10.0]}]  # fmt: skip
+              "turn_write_ms": [1.0, 1.0, 2.0, 1.0, 10.0], "session_end_ms": [7.0, 3.0]}]  # fmt: skip
     files.write_atomic(path / files.SYSTEM_STATS, "".join(files.dump_line(r) for r in stats))
     files.write_atomic(path / files.EVENTS, "")
     cfg = OmegaConf.create(
@@ -151,4 +151,5 @@ def test_table2_tails_by_hand(tmp_path: Path) -> None:
         10,
         10,
     )
-    assert "| 1.00 / 10.00 / 10.00 / 10.00 |" in markdown_for(pd.DataFrame([row]))
+    # session ends [3, 7]: p50 -> rank 1 = 3; p95, p99, max -> 7
+    assert "| 1.00 / 10.00 / 10.00 / 10.00 | 3.00 / 7.00 / 7.00 / 7.00 |" in markdown_for(pd.DataFrame([row]))

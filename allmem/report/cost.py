@@ -8,8 +8,9 @@ Definitions (paper Sec. 4.5 and App. D; METHOD.md, cost accounting):
   the query embedding apart, timed by the model with the cache bypassed (``query_embed``, the same for every
   method; n/a for a method that embeds nothing); the ``retrieve`` phase's LLM tokens, and the context tokens
   injected into the generator (after the budget); ``allmem/run/timing.py``;
-- write tails: p50 / p95 / p99 / max of the wall time of each ``ingest`` call (a turn; a buffered method pays its
-  flushes, and All-Mem its consolidation runs, in the turn that triggers them);
+- write tails: p50 / p95 / p99 / max of the wall time of each ``ingest`` call (a turn; All-Mem pays its
+  consolidation runs in the turn that triggers them), and of each ``end_session`` call (where a method that
+  buffers its turns writes them);
 - ATC: one event is one consolidation run; tokens are its diagnosis and planning calls, time its wall time;
   amortised per turn = the totals over the turns those runs covered;
 - dollars only when the backend is a real LLM and the config carries prices (``llm.prices``).
@@ -36,7 +37,8 @@ DEFINITIONS = (
     " method embedded at query time, cache bypassed (– for a method that embeds nothing); LLM tokens of the retrieve"
     " phase; context tokens packed into the generator (after the matched budget).",
     "Write tails: p50 / p95 / p99 / max of each ingest call (one turn), flushes and consolidation runs included in"
-    " the turn that triggers them; – when the banks were re-used or the run predates per-turn timings.",
+    " the turn that triggers them; Session-end: the same of each end_session call, where a method that buffers its"
+    " turns writes them; – when the banks were re-used or the run predates per-turn timings.",
     "ATC: an event is one consolidation run; tokens are its diagnosis and planning calls, time its wall time;"
     " amortised = totals over the turns the runs covered. USD: uncached price of every call, with a real LLM only.",
     "(bank re-used): the run loaded banks ingested by an earlier run; its write and ATC columns are those measured"
@@ -85,6 +87,7 @@ def run_cost(run: Run) -> dict[str, Any]:
         float(v) for r in records if (v := (r.get("latency_ms") or {}).get("query_embed")) is not None
     ]
     turn_ms = [] if reused else [float(v) for s in stats for v in s.get("turn_write_ms") or ()]
+    session_ms = [] if reused else [float(v) for s in stats for v in s.get("session_end_ms") or ()]
     row: dict[str, Any] = {
         "method": run.method,
         "dataset": run.dataset,
@@ -99,6 +102,7 @@ def run_cost(run: Run) -> dict[str, Any]:
         **{f"search_ms_{k}": v for k, v in percentiles(search_ms).items()},
         "query_embed_ms_per_query": _mean(embed_ms),
         **{f"write_ms_{k}": v for k, v in percentiles(turn_ms).items()},
+        **{f"session_end_ms_{k}": v for k, v in percentiles(session_ms).items()},
         "retrieve_llm_tokens_per_query": _tokens(phases.get("retrieve")) / n_q if n_q else None,
         "context_tokens_per_query": _mean([float(r.get("context_tokens", 0)) for r in records]),
         "generate_tokens_per_query": _tokens(phases.get("generate")) / n_q if n_q else None,
@@ -134,7 +138,8 @@ def _tails(row: Any, prefix: str) -> str:
 
 
 def markdown_for(table: pd.DataFrame) -> str:
-    header = ["Method", "Write ms/turn", "Write tok/turn", "Write ms p50 / p95 / p99 / max", "Search ms/query",
+    header = ["Method", "Write ms/turn", "Write tok/turn", "Write ms p50 / p95 / p99 / max",
+              "Session-end ms p50 / p95 / p99 / max", "Search ms/query",
               "Search ms p50 / p95 / p99 / max", "Query embed ms", "Retrieve LLM tok/query",
               "Context tok/query", "ATC events", "ATC s/event", "ATC tok/event", "ATC s/turn (amort.)",
               "ATC tok/turn (amort.)", "USD (all calls)"]  # fmt: skip
@@ -143,7 +148,7 @@ def markdown_for(table: pd.DataFrame) -> str:
         usd = "n/a (offline)" if r["usd"] is None or pd.isna(r["usd"]) else f"${r['usd']:.2f}"
         rows.append([
             r["method"] + (" (bank re-used)" if r["bank_reused"] else ""), _f(r["write_ms_per_turn"]),
-            _f(r["write_tokens_per_turn"]), _tails(r, "write_ms"), _f(r["search_ms_per_query"], 2),
+            _f(r["write_tokens_per_turn"]), _tails(r, "write_ms"), _tails(r, "session_end_ms"), _f(r["search_ms_per_query"], 2),
             _tails(r, "search_ms"), _f(r["query_embed_ms_per_query"], 2),
             _f(r["retrieve_llm_tokens_per_query"]), _f(r["context_tokens_per_query"], 0), _f(r["atc_events"], 0),
             _f(r["atc_s_per_event"], 2), _f(r["atc_tokens_per_event"], 0), _f(r["atc_s_per_turn"], 3),
