@@ -6,6 +6,7 @@
     allmem paper run|list TARGET...       run (or list) the experiments of paper tables and figures: table1 fig3
     allmem download locomo|longmemeval_s|_m|_oracle  fetch a public dataset into data/ and verify it
     allmem compare A B                    whether two run directories (or run roots) hold the same results
+    allmem judge RUN_DIR [llm=...] [--graded]  judge a finished run's answers again, into RUN_DIR/judges/<key>/
     allmem merge RUN_DIR                  seal a run made in shards (run.shard=i/n) once every shard is done
 
 ``allmem run --help`` shows Hydra's help with every config group and its options. Expected errors (bad config
@@ -153,7 +154,7 @@ def _point_labels(points: list[list[str]]) -> list[str]:
 
 # Each command's module, whose ``main(argv)`` it runs (``run`` is Hydra's, above).
 _COMMANDS = {"score": "allmem.metrics", "report": "allmem.report", "paper": "allmem.experiments",
-             "compare": "allmem.run.compare", "merge": "allmem.run.shards",
+             "compare": "allmem.run.compare", "merge": "allmem.run.shards", "judge": "allmem.run.rejudge",
              "download": "benchmarks.download"}  # fmt: skip
 
 

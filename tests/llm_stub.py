@@ -37,6 +37,18 @@ def default_verdict(question: str, gold: str, response: str) -> bool:
     return bool(words) and all(w in have for w in words)
 
 
+def graded_verdict(question: str, gold: str, response: str, verdict=default_verdict) -> str:
+    """The graded judge's rule: correct by ``verdict``; abstain when the response says "not mentioned" or "don't
+    know"; partial when it shares a word with the gold; else wrong."""
+    if verdict(question, gold, response):
+        return "correct"
+    low = response.lower()
+    if "not mentioned" in low or "don't know" in low:
+        return "abstain"
+    shared = set(re.findall(r"[a-z0-9]+", gold.lower())) & set(re.findall(r"[a-z0-9]+", low))
+    return "partial" if shared else "wrong"
+
+
 def usage_for(prompt: str, content: str) -> dict[str, int]:
     """Deterministic token usage the tests can recompute: one token per 4 characters, at least 1."""
     p, c = max(1, len(prompt) // 4), max(1, len(content) // 4)
@@ -195,6 +207,9 @@ class StubLLM:
     # ------------------------------------------------------------------ default replies per template
 
     def reply(self, prompt: str) -> str:
+        if "[[correct]], [[partial]], [[wrong]] or [[abstain]]" in prompt:
+            q, gold, resp = _judge_fields(prompt, "Correct answer", "Model response")
+            return f"Stub reasoning. [[{graded_verdict(q, gold, resp, self.verdict)}]]"
         if "end your reply with exactly [[yes]] or [[no]]" in prompt:
             q, gold, resp = _judge_fields(prompt, r"(?:Correct answer|Rubric|Explanation)", "Model response")
             return "Stub reasoning. [[yes]]" if self.verdict(q, gold, resp) else "Stub reasoning. [[no]]"

@@ -49,6 +49,7 @@ TARGETS: dict[str, Target] = {
     for t in (
         Target("table1", ("table1", *STAGE1_VARIANTS), "Table 1: main results"),
         Target("table2", ("table1",), "Table 2: cost"),
+        Target("retrieval", ("table1",), "Retrieval at every granularity"),
         Target("table3", ("table1",), "Table 3: ATC per operator"),
         Target("table4", ("ablations",), "Table 4: ablations"),
         Target("ablations_hybrid", ("ablations_hybrid",), "Retrieval ablations of allmem_hybrid"),
@@ -60,9 +61,20 @@ TARGETS: dict[str, Target] = {
 }
 ALIASES = {"ablations": ("table4",)}
 GROUPS = {
-    "tables": ("table1", "table2", "table3", "table4", "ablations_hybrid"),
+    "tables": ("table1", "table2", "retrieval", "table3", "table4", "ablations_hybrid"),
     "figures": ("fig3", "fig4", "fig5", "fig6"),
-    "paper": ("table1", "table2", "table3", "table4", "ablations_hybrid", "fig3", "fig4", "fig5", "fig6"),
+    "paper": (
+        "table1",
+        "table2",
+        "retrieval",
+        "table3",
+        "table4",
+        "ablations_hybrid",
+        "fig3",
+        "fig4",
+        "fig5",
+        "fig6",
+    ),
 }
 # Experiments run in this order: table1 first, so the sweeps find its ingested banks; cheap ones before fig3.
 ORDER = ("table1", *STAGE1_VARIANTS, "ablations", "ablations_hybrid", "fig4_theta", "fig4_dsigma", "fig3",

@@ -36,6 +36,9 @@ MERGING = ".merging"
 SHARDS = "shards"
 SHARD_INFO = "shard.json"
 PACING = ".llm_pacing.sqlite"  # the run's llm.rpm / llm.tpm windows, shared by its processes (llm/limiter.py)
+JUDGES = "judges"  # <run>/judges/<key>/: another judge's verdicts (allmem judge, allmem/run/rejudge.py)
+JUDGE_INFO = "judge.json"  # in a judge folder: the judge's identity
+VERDICTS = "verdicts.jsonl"  # in a judge folder: one line per judged question
 
 
 def plain(cfg: Any) -> dict[str, Any]:

@@ -53,7 +53,20 @@ def _drop_keys(data: dict[str, Any], prefixes: Iterable[str], parent: str = "") 
 def identity(cfg: DictConfig | dict[str, Any]) -> dict[str, Any]:
     """The resolved config without the keys in ``NOT_IDENTITY``: what a run's results depend on, besides data.
     A plain dict (a stored config, ``files.read_config_data``) is taken as it is, never resolved."""
-    return _drop_keys(cfg if isinstance(cfg, dict) else files.plain(cfg), NOT_IDENTITY)
+    data = cfg if isinstance(cfg, dict) else files.plain(cfg)
+    dataset = data.get("dataset")
+    if (
+        isinstance(dataset, dict)
+        and dataset.get("sample") is None
+        and dataset.get("sample_dialogues") is None
+    ):
+        return _drop_keys(data, (*NOT_IDENTITY, *_SAMPLING))  # sampling off: its keys change nothing
+    return _drop_keys(data, NOT_IDENTITY)
+
+
+# Sampling keys (benchmarks/sampling.py) count only when sampling is on: with ``sample`` and
+# ``sample_dialogues`` both null the seed changes nothing, and the hashes of runs made before the keys existed hold.
+_SAMPLING = ("dataset.sample", "dataset.sample_seed", "dataset.sample_dialogues")
 
 
 def data_digest(cfg: DictConfig) -> str:

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from allmem.errors import ConfigError
 from allmem.llm import cache_path, validate_llm_config
 from allmem.llm.base import LLMError
+from allmem.run.files import plain
 from allmem.types import Dialogue
 from benchmarks import check_limits
 
@@ -168,4 +169,8 @@ def check_data(dialogues: Sequence[Dialogue], cfg: DictConfig) -> dict[str, Any]
     for key, n in counts.items():
         if key != "questions" and n:
             log.warning("%s: %d %s", where, n, key.replace("_", " "))
+    from benchmarks import sampling
+
+    if (drawn := sampling.record(dialogues, plain(cfg.dataset))) is not None:
+        counts["sample"] = drawn  # the chosen ids (dataset.sample, dataset.sample_dialogues)
     return counts
