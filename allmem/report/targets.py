@@ -40,6 +40,9 @@ LME_SKIPPED = (
 # All-Mem (no consolidation) with Stage 1 scored by BM25 or BM25 + dense: single-point experiments whose rows
 # Table 1 shows beside the methods of configs/experiment/table1.yaml.
 STAGE1_VARIANTS = ("stage1_bm25", "stage1_hybrid")
+# All-Mem with and without consolidation (the same points as in table1, so the same runs): the executed edits
+# Table 8 audits and Fig. 7 draws, and the rankings before consolidation.
+AUDIT = "atc_audit"
 
 
 @dataclass(frozen=True)
@@ -61,16 +64,32 @@ TARGETS: dict[str, Target] = {
         Target("fig4", ("fig4_theta", "fig4_dsigma"), "Fig. 4: sensitivity to theta and d_sigma"),
         Target("fig5", ("fig5", "fig4_theta"), "Fig. 5: visible surface and Mem-Lat"),
         Target("fig6", ("fig4_theta",), "Fig. 6: recoverability of archived units"),
+        Target("table5", (), "Table 5: dataset statistics"),
+        Target("table8", (AUDIT,), "Table 8: validity and harm of accepted ATC edits"),
+        Target("fig7", (AUDIT,), "Fig. 7: an Update case study"),
     )
 }
 ALIASES = {"ablations": ("table4",)}
 GROUPS = {
-    "tables": ("table1", "table2", "table3", "table4", "ablations_hybrid"),
-    "figures": ("fig3", "fig4", "fig5", "fig6"),
-    "paper": ("table1", "table2", "table3", "table4", "ablations_hybrid", "fig3", "fig4", "fig5", "fig6"),
+    "tables": ("table1", "table2", "table3", "table4", "ablations_hybrid", "table5", "table8"),
+    "figures": ("fig3", "fig4", "fig5", "fig6", "fig7"),
+    "paper": (
+        "table1",
+        "table2",
+        "table3",
+        "table4",
+        "ablations_hybrid",
+        "fig3",
+        "fig4",
+        "fig5",
+        "fig6",
+        "table5",
+        "table8",
+        "fig7",
+    ),
 }
 # Experiments run in this order: table1 first, so the sweeps find its ingested banks; cheap ones before fig3.
-ORDER = ("table1", *STAGE1_VARIANTS, "ablations", "ablations_hybrid", "fig4_theta", "fig4_dsigma", "fig3",
+ORDER = ("table1", AUDIT, *STAGE1_VARIANTS, "ablations", "ablations_hybrid", "fig4_theta", "fig4_dsigma", "fig3",
          "fig3_anchors", "fig5")  # fmt: skip
 
 
