@@ -202,7 +202,7 @@ class RecordError(ValueError):
 # The version of the records a run writes (``Prediction``, ``CallRecord``, system stats, ATC events). Bump it once
 # per change of fields, here, with the change; every attempt's manifest entry records it (``records``), so a
 # reader can tell which fields a run's files hold. docs/DESIGN.md keeps the history.
-RECORD_VERSION = 1
+RECORD_VERSION = 2
 
 
 @dataclass(frozen=True)
