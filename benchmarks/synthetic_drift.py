@@ -337,3 +337,56 @@ def edit_is_valid(op: str, members: list[frozenset[Key]]) -> bool:
     if op == "split":
         return len(members[0]) >= 2
     raise ValueError(f"edit_is_valid: unknown op {op!r}")
+
+
+# ---------------------------------------------------------------- harm (Table 8)
+# Harmful = likely to degrade future retrieval (paper, Table 8), decided from the fact keys alone. What is not a
+# fact: phatic turns and filler questions (they state nothing a question can ask about).
+NOT_FACTS = frozenset({"phatic", "filler"})
+
+
+def facts(keys: frozenset[Key]) -> frozenset[Key]:
+    """The keys that state something a question could ask about."""
+    return frozenset(k for k in keys if k[1] not in NOT_FACTS)
+
+
+def _supersedes(cur: frozenset[Key], old: Key) -> bool:
+    """``old`` is a state of the speaker that ``cur`` gives a new value for (a genuine supersession)."""
+    return any(
+        c[:3] == old[:3] and old[1] == "self" and old[2] in STATE_ATTRS and c[3] != old[3] for c in cur
+    )
+
+
+def harm_of(op: str, members: list[frozenset[Key]]) -> str | None:
+    """The harmful pattern of one edit, or None when it takes nothing retrievable away (members as in
+    :func:`edit_is_valid`). An invalid edit over fact-free units (fillers, greetings) is not harmful.
+
+    - Merge: two members hold different facts (``merged different values of one attribute`` when they share the
+      holder and attribute or event: the look-alikes; else ``merged different facts``).
+    - Update: the archived unit holds a fact the current one neither restates nor supersedes (``another holder's
+      state``, ``an earlier event`` (events accumulate), ``a complementary detail`` or ``another attribute``).
+    - Split: the unit holds one fact only (``split a coherent memory``: a several-sentence story or one fact).
+    """
+    if op == "merge":
+        held = [facts(m) for m in members if facts(m)]
+        if len(set(held)) <= 1:
+            return None
+        pairs = [(a, b) for i, x in enumerate(held) for y in held[i + 1 :] for a in x for b in y if a != b]
+        same = any(a[:3] == b[:3] or (a[1] == b[1] == "event" and a[2] == b[2]) for a, b in pairs)
+        return "merged different values of one attribute" if same else "merged different facts"
+    if op == "update":
+        cur, old = members
+        hidden = sorted(o for o in facts(old) if o not in cur and not _supersedes(cur, o))
+        if not hidden:
+            return None
+        o = hidden[0]
+        if o[1].startswith("relative:"):
+            return "archived another holder's state"
+        if o[1] == "event":
+            return "archived an earlier event (events accumulate)"
+        if o[2] in STATE_ATTRS:
+            return "archived another attribute"
+        return "archived a complementary detail"
+    if op == "split":
+        return "split a coherent memory" if len(facts(members[0])) == 1 else None
+    raise ValueError(f"harm_of: unknown op {op!r}")

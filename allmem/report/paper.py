@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from allmem.errors import ConfigError
-from allmem.report import ablations, cost, paper_figures, stats, table1, table5
+from allmem.report import ablations, cost, paper_figures, stats, table1, table5, table8
 from allmem.report.atc import table3_frame, table3_markdown
 from allmem.report.frame import write_parquet
 from allmem.report.provenance import DATASET_TITLES, footer
@@ -262,6 +262,7 @@ RENDER: dict[str, Callable[[Found, Path, Path], list[Path]]] = {
 # when no LoCoMo run is there), rendered with the LongMemEval file too: allmem/report/table5.py, audit.py, fig7.py.
 STANDALONE: dict[str, Callable[[Found, Path, Path, str | None], list[Path]]] = {
     "table5": lambda found, tables, figures, lme: table5.render(tables, lme, LME_SKIPPED),
+    "table8": lambda found, tables, figures, lme: table8.render(found, tables, figures, lme, LME_SKIPPED),
 }
 
 

@@ -1,0 +1,118 @@
+"""``allmem report table8``: Table 8 from the drift corpus (ground truth) and the ``atc_audit`` runs.
+
+Offline it reports the drift corpus and exports the LoCoMo sheet (``results/audit/``, not committed); a filled
+sheet is imported into its own rows; a run made with a real LLM (``llm=openai``) is also judged by the LLM labeler
+(``allmem/report/audit_judge.py``). Definitions and labelers: ``allmem/report/audit.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from allmem.memory.atc.events import read_events
+from allmem.paths import DATASETS
+from allmem.report import audit, audit_sheet
+from allmem.report.provenance import footer
+from allmem.report.runs import Run
+from allmem.report.targets import AUDIT, Point
+from allmem.run import files
+
+Found = dict[str, dict[str, list[Point]]]
+HARMFUL_SHOWN = 12  # harmful drift edits listed under the table
+
+
+def audit_runs(found: Found, dataset: str) -> list[Run]:
+    """The consolidating run(s) of the ``atc_audit`` experiment on ``dataset``."""
+    return [p.run for p in found.get(AUDIT, {}).get(dataset, []) if p.run is not None and p.run.consolidates]
+
+
+def _brief(edit: audit.Edit) -> str:
+    def texts(side: str) -> str:
+        return " | ".join(
+            f"{u['id']}{'' if u.get('visible') else ' (archived)'}: "
+            + " / ".join(r["text"] for r in u["evidence"])
+            for u in edit.event.get(side, [])
+        )
+
+    return f"{edit.op} in {edit.dialogue} ({edit.source}): before {texts('before')}"
+
+
+def render(found: Found, tables: Path, figures: Path, lme: str | None, skipped: str) -> list[Path]:
+    conf = audit.settings()
+    frames: list[pd.DataFrame] = []
+    sections = ["# Table 8: validity and harm of accepted ATC edits"]
+    notes: list[str] = []
+    # the drift corpus, ground truth
+    drift_root = tables.parent / "audit" / "drift_runs"
+    edits = audit.sample(audit.drift_edits(conf.drift, drift_root), conf.per_operator, conf.seed)
+    truth = audit.GroundTruth(conf.drift.n_dialogues, conf.drift.n_sessions)
+    labels = truth.label(edits)
+    seeds = ", ".join(map(str, conf.drift.seeds))
+    frames.append(audit.table(edits, labels, truth.name, f"drift corpus (seeds {seeds}, pooled)"))
+    harmful = [(e, lb) for e, lb in zip(edits, labels, strict=True) if lb.harmful]
+    # LoCoMo (and LongMemEval-s): the sheet, its import, the judge
+    runs: list[Run] = []
+    written: list[Path] = []
+    for ds in ("locomo", "longmemeval_s"):
+        for run in audit_runs(found, ds):
+            runs.append(run)
+            title = DATASETS[ds].title
+            try:
+                run_edits = audit.executed(read_events(run.path), run.label)
+            except (ValueError, FileNotFoundError) as exc:
+                notes.append(f"{title}: {exc}")
+                continue
+            sampled = audit.sample(run_edits, conf.per_operator, conf.seed)
+            sheet = tables.parent / "audit" / f"table8_sheet_{ds}.csv"
+            if audit_sheet.filled(sheet):
+                frames.append(audit.table(sampled, audit_sheet.read(sheet, sampled), "human sheet", title))
+                notes.append(f"{title}: human labels imported from {sheet}.")
+            else:
+                audit_sheet.export(sampled, sheet, sheet.with_suffix(".html"))
+                written += [sheet, sheet.with_suffix(".html")]
+                notes.append(f"{title}: {len(sampled)} sampled edits exported for labelling to {sheet} (and .html); "
+                             "fill valid/harmful and run the target again to add them (not committed: LoCoMo text).")  # fmt: skip
+            if not run.offline:
+                from allmem.report import audit_judge
+
+                judge = audit_judge.Judge.for_run(run)
+                frames.append(audit.table(sampled, judge.label(sampled), judge.name, title))
+            else:
+                notes.append(f"{title}: offline run: no LLM judge (run the audit with llm=openai to judge).")
+    frame = pd.concat(frames, ignore_index=True)
+    sections.append(audit.markdown(frame))
+    if harmful:
+        sections.append("## Harmful edits on the drift corpus (ground truth)")
+        sections.append("\n".join(f"- {lb.pattern}: {_brief(e)}" for e, lb in harmful[:HARMFUL_SHOWN]))
+    notes += [
+        skipped + "." if not lme else "",
+        f"Edits: executed ATC edits (atc_events.jsonl), up to {conf.per_operator} per operator drawn with seed "
+        f"{conf.seed} (configs/audit.yaml). Drift corpus: All-Mem with the paper's defaults (offline roles, "
+        f"MiniLM) over benchmarks/synthetic_drift.py seeds {seeds} ({conf.drift.n_dialogues} dialogues x "
+        f"{conf.drift.n_sessions} sessions each), pooled; seed 0 (the offline diagnoser's calibration) is not used.",
+        "Valid: Split separates genuinely conflated evidence, Merge joins factually redundant units, Update "
+        "archives a genuinely superseded state and keeps the current one. Harmful: likely to degrade future "
+        "retrieval; on the drift corpus decided from its facts (benchmarks.synthetic_drift.harm_of: a merge across "
+        "different facts, an update that archives a fact the current unit neither restates nor supersedes, a split "
+        "of a unit holding one fact; an invalid edit over fact-free units is not harmful).",
+        "Rates with 95% Wilson score intervals (scipy.stats.binomtest). Offline LoCoMo executes few Updates "
+        "(Table 3), so its intervals are wide.",
+    ]
+    if runs:
+        sections.append(footer(runs, "table8", notes))
+    else:  # the drift corpus alone: its runs are made here, by this checkout's code
+        from datetime import UTC, datetime
+
+        from allmem.fingerprint import source_fingerprint
+
+        now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+        head = (f"*Made by `allmem report table8` on {now} from the drift corpus runs under {drift_root} (code "
+                f"fingerprint {source_fingerprint()}); no atc_audit run found (make table8 runs them).*")  # fmt: skip
+        sections.append("\n\n".join([head, *[f"*{n}*" for n in notes if n]]))
+    tables.mkdir(parents=True, exist_ok=True)
+    md, csv = tables / "table8.md", tables / "table8.csv"
+    files.write_atomic(md, "\n\n".join(sections).rstrip() + "\n")
+    files.write_atomic(csv, frame.to_csv(index=False))
+    return [md, csv, *written]
