@@ -74,13 +74,24 @@ def render(found: Found, tables: Path, figures: Path, lme: str | None, skipped: 
                 written += [sheet, sheet.with_suffix(".html")]
                 notes.append(f"{title}: {len(sampled)} sampled edits exported for labelling to {sheet} (and .html); "
                              "fill valid/harmful and run the target again to add them (not committed: LoCoMo text).")  # fmt: skip
-            if not run.offline:
+            if not run.offline or run.value("llm.dry_run"):
                 from allmem.report import audit_judge
 
-                judge = audit_judge.Judge.for_run(run)
-                frames.append(audit.table(sampled, judge.label(sampled), judge.name, title))
+                ledger = tables.parent / "audit" / f"judge_{ds}"
+                judge = audit_judge.Judge.for_run(run, ledger)
+                labels_j = judge.label(sampled)
+                est = judge.estimate()
+                cost = (f"{est.get('calls', 0)} judge calls, {est.get('tokens_in', 0)} tokens in and "
+                        f"{est.get('tokens_out', 0)} out (ledger {ledger}/calls.jsonl; llm.prices turn it into "
+                        "dollars)")  # fmt: skip
+                if run.value("llm.dry_run"):
+                    notes.append(f"{title}: LLM judge dry run (no model called): estimated {cost}.")
+                else:
+                    frames.append(audit.table(sampled, labels_j, judge.name, title))
+                    notes.append(f"{title}: {judge.name}: {cost}.")
             else:
-                notes.append(f"{title}: offline run: no LLM judge (run the audit with llm=openai to judge).")
+                notes.append(f"{title}: offline run: no LLM judge (make table8 SET=llm=openai judges the edits; "
+                             "SET='llm=openai llm.dry_run=true' estimates its cost).")  # fmt: skip
     frame = pd.concat(frames, ignore_index=True)
     sections.append(audit.markdown(frame))
     if harmful:
