@@ -390,3 +390,22 @@ def harm_of(op: str, members: list[frozenset[Key]]) -> str | None:
     if op == "split":
         return "split a coherent memory" if len(facts(members[0])) == 1 else None
     raise ValueError(f"harm_of: unknown op {op!r}")
+
+
+# A question about the current value of each state attribute (Fig. 7's fallback asks the one an Update answers).
+QUESTIONS = {
+    "city": "Where does {s} live?",
+    "job": "What is {s}'s job?",
+    "food": "What is {s}'s favorite food?",
+    "car": "What car does {s} drive?",
+    "sport": "What sport does {s} play?",
+    "gym": "How many times a week does {s} go to the gym?",
+}
+
+
+def question_for(keys: frozenset[Key]) -> tuple[str, str] | None:
+    """(question, gold) about the first of ``keys`` that is a speaker's state (sorted order), or None."""
+    for spk, holder, attr, value in sorted(keys):
+        if holder == "self" and attr in QUESTIONS:
+            return QUESTIONS[attr].format(s=spk), value
+    return None

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from allmem.errors import ConfigError
-from allmem.report import ablations, cost, paper_figures, stats, table1, table5, table8
+from allmem.report import ablations, cost, fig7, paper_figures, stats, table1, table5, table8
 from allmem.report.atc import table3_frame, table3_markdown
 from allmem.report.frame import write_parquet
 from allmem.report.provenance import DATASET_TITLES, footer
@@ -263,6 +263,7 @@ RENDER: dict[str, Callable[[Found, Path, Path], list[Path]]] = {
 STANDALONE: dict[str, Callable[[Found, Path, Path, str | None], list[Path]]] = {
     "table5": lambda found, tables, figures, lme: table5.render(tables, lme, LME_SKIPPED),
     "table8": lambda found, tables, figures, lme: table8.render(found, tables, figures, lme, LME_SKIPPED),
+    "fig7": lambda found, tables, figures, lme: fig7.render(found, tables, figures, lme, LME_SKIPPED),
 }
 
 
