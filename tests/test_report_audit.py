@@ -80,7 +80,7 @@ def test_ground_truth_rates_and_intervals_by_hand() -> None:
     assert wilson_by_hand(1, 2) == pytest.approx((0.09453, 0.90547), abs=1e-5)
     assert t.loc["update", "patterns"] == "archived another holder's state (1)"
     md = audit.markdown(t.reset_index())
-    assert "| tiny | update | 3 | 33.3 [" in md and "(1/3)" in md
+    assert "| tiny | update | 3 | 3 | 33.3 [" in md and "(1/3)" in md
 
 
 def test_sampling_is_deterministic_and_covers_each_operator() -> None:

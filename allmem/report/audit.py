@@ -194,12 +194,17 @@ def wilson(k: int, n: int) -> tuple[float | None, float | None]:
     return float(ci.low), float(ci.high)
 
 
-def table(edits: Sequence[Edit], labels: Sequence[Label], labeler: str, corpus: str) -> pd.DataFrame:
-    """Per operator: edits sampled, labelled, valid and harmful rates with 95% intervals, patterns counted."""
+def table(
+    edits: Sequence[Edit], labels: Sequence[Label], labeler: str, corpus: str, pool: Sequence[Edit] = ()
+) -> pd.DataFrame:
+    """Per operator: edits executed (in ``pool``, the edits sampled from), sampled, valid and harmful rates with
+    95% intervals, patterns counted."""
     rows = []
+    executed_n = Counter(e.op for e in pool or edits)
     for op in OPS:
         mine = [lb for e, lb in zip(edits, labels, strict=True) if e.op == op]
-        row: dict[str, Any] = {"corpus": corpus, "labeler": labeler, "operator": op, "sampled": len(mine)}
+        row: dict[str, Any] = {"corpus": corpus, "labeler": labeler, "operator": op, "executed": executed_n[op],
+                               "sampled": len(mine)}  # fmt: skip
         for what in ("valid", "harmful"):
             got = [getattr(lb, what) for lb in mine if getattr(lb, what) is not None]
             k, n = sum(got), len(got)
@@ -221,11 +226,11 @@ def _pct(rate: float | None, low: float | None, high: float | None, k: int, n: i
 
 
 def markdown(frame: pd.DataFrame) -> str:
-    lines = ["| corpus | operator | sampled | valid % [95% CI] | harmful % [95% CI] | harmful patterns | labeler |",
-             "|---|---|---:|---|---|---|---|"]  # fmt: skip
+    lines = ["| corpus | operator | executed | sampled | valid % [95% CI] | harmful % [95% CI] | harmful patterns | "
+             "labeler |", "|---|---|---:|---:|---|---|---|---|"]  # fmt: skip
     for r in frame.itertuples(index=False):
         lines.append(
-            f"| {r.corpus} | {r.operator} | {r.sampled} | "
+            f"| {r.corpus} | {r.operator} | {r.executed} | {r.sampled} | "
             f"{_pct(r.valid_rate, r.valid_low, r.valid_high, r.valid, r.valid_n)} | "
             f"{_pct(r.harmful_rate, r.harmful_low, r.harmful_high, r.harmful, r.harmful_n)} | "
             f"{r.patterns or '-'} | {r.labeler} |"

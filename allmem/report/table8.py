@@ -46,11 +46,12 @@ def render(found: Found, tables: Path, figures: Path, lme: str | None, skipped: 
     notes: list[str] = []
     # the drift corpus, ground truth
     drift_root = tables.parent / "audit" / "drift_runs"
-    edits = audit.sample(audit.drift_edits(conf.drift, drift_root), conf.per_operator, conf.seed)
+    pool = audit.drift_edits(conf.drift, drift_root)
+    edits = audit.sample(pool, conf.per_operator, conf.seed)
     truth = audit.GroundTruth(conf.drift.n_dialogues, conf.drift.n_sessions)
     labels = truth.label(edits)
     seeds = ", ".join(map(str, conf.drift.seeds))
-    frames.append(audit.table(edits, labels, truth.name, f"drift corpus (seeds {seeds}, pooled)"))
+    frames.append(audit.table(edits, labels, truth.name, f"drift corpus (seeds {seeds}, pooled)", pool))
     harmful = [(e, lb) for e, lb in zip(edits, labels, strict=True) if lb.harmful]
     # LoCoMo (and LongMemEval-s): the sheet, its import, the judge
     runs: list[Run] = []
@@ -67,9 +68,15 @@ def render(found: Found, tables: Path, figures: Path, lme: str | None, skipped: 
             sampled = audit.sample(run_edits, conf.per_operator, conf.seed)
             sheet = tables.parent / "audit" / f"table8_sheet_{ds}.csv"
             if audit_sheet.filled(sheet):
-                frames.append(audit.table(sampled, audit_sheet.read(sheet, sampled), "human sheet", title))
+                frames.append(
+                    audit.table(sampled, audit_sheet.read(sheet, sampled), "human sheet", title, run_edits)
+                )
                 notes.append(f"{title}: human labels imported from {sheet}.")
             else:
+                unlabelled = [audit.Label(None, None)] * len(sampled)
+                frames.append(
+                    audit.table(sampled, unlabelled, "not labelled yet (sheet exported)", title, run_edits)
+                )
                 audit_sheet.export(sampled, sheet, sheet.with_suffix(".html"))
                 written += [sheet, sheet.with_suffix(".html")]
                 notes.append(f"{title}: {len(sampled)} sampled edits exported for labelling to {sheet} (and .html); "
@@ -87,7 +94,7 @@ def render(found: Found, tables: Path, figures: Path, lme: str | None, skipped: 
                 if run.value("llm.dry_run"):
                     notes.append(f"{title}: LLM judge dry run (no model called): estimated {cost}.")
                 else:
-                    frames.append(audit.table(sampled, labels_j, judge.name, title))
+                    frames.append(audit.table(sampled, labels_j, judge.name, title, run_edits))
                     notes.append(f"{title}: {judge.name}: {cost}.")
             else:
                 notes.append(f"{title}: offline run: no LLM judge (make table8 SET=llm=openai judges the edits; "
