@@ -281,9 +281,14 @@ def render(
     without = next((p.run for p in pts if p.run is not None and p.run.method == "allmem_noatc"), None)
     if with_atc is not None and without is not None:
         runs = [with_atc, without]
-        case = locomo_case(with_atc, without)
-        if case is None:
-            notes.append("No LoCoMo Update qualified under the rule: the case comes from the drift corpus.")
+        try:
+            case = locomo_case(with_atc, without)
+            if case is None:
+                notes.append(
+                    "No LoCoMo Update qualified under the rule: the case comes from the drift corpus."
+                )
+        except ValueError as exc:  # a run of records version 1: its edit lines hold no units
+            notes.append(f"{exc}. The case comes from the drift corpus.")
     else:
         notes.append("No complete atc_audit runs (allmem, allmem_noatc) on LoCoMo: the case comes from the drift "
                      "corpus (make fig7 runs them).")  # fmt: skip
