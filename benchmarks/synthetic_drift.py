@@ -18,10 +18,12 @@ they do not supersede), complements ("I also have a cat"), and coherent multi-se
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
 
-from allmem.types import Dialogue, Session, Turn
+from allmem.types import Dialogue, Question, Session, Turn
 
 Key = tuple[str, str, str, str]  # (speaker, holder, attribute, value)
 
@@ -409,3 +411,64 @@ def question_for(keys: frozenset[Key]) -> tuple[str, str] | None:
         if holder == "self" and attr in QUESTIONS:
             return QUESTIONS[attr].format(s=spk), value
     return None
+
+
+# ---------------------------------------------------------------- the corpus as a dataset (configs/dataset/synthetic_drift.yaml)
+SPEC_KEYS = ("seeds", "n_dialogues", "n_sessions")
+
+
+def questions_of(corpus: DriftCorpus, dialogue: Dialogue) -> tuple[Question, ...]:
+    """One question per speaker and state attribute they stated (``QUESTIONS``), asked after the last session:
+    the gold is the latest value, the evidence the latest turn stating it. ``knowledge-update`` when the value
+    changed in the dialogue (a planted Update), else ``single-fact``."""
+    latest: dict[tuple[str, str], tuple[str, str]] = {}  # (speaker, attribute) -> (turn id, value)
+    changed: set[tuple[str, str]] = set()
+    for t in dialogue.turns():
+        for spk, holder, attr, value in sorted(corpus.keys[dialogue.id][t.id]):
+            if holder == "self" and attr in QUESTIONS:
+                if (spk, attr) in latest and latest[(spk, attr)][1] != value:
+                    changed.add((spk, attr))
+                latest[(spk, attr)] = (t.id, value)
+    when = dialogue.sessions[-1].date + timedelta(days=1)
+    return tuple(
+        Question(f"{dialogue.id}:q{i}", dialogue.id, QUESTIONS[attr].format(s=spk), value, (tid,),
+                 question_type="knowledge-update" if (spk, attr) in changed else "single-fact", date=when)
+        for i, ((spk, attr), (tid, value)) in enumerate(sorted(latest.items()))
+    )  # fmt: skip
+
+
+def read_spec(path: str | Path) -> dict[str, Any]:
+    """The corpus's data file: a JSON object ``{"seeds": [...], "n_dialogues": N, "n_sessions": N}``."""
+    import json
+
+    from benchmarks.errors import DatasetError
+
+    p = Path(path)
+    try:
+        spec = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise DatasetError(str(p), f"not a readable JSON file ({exc})") from None
+    if not isinstance(spec, dict) or sorted(spec) != sorted(SPEC_KEYS):
+        raise DatasetError(str(p), f"must be a JSON object with exactly the keys {', '.join(SPEC_KEYS)}")
+    seeds = spec["seeds"]
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
+        raise DatasetError(str(p), "must be a non-empty list of seeds (integers >= 0)", field="seeds")
+    for key in ("n_dialogues", "n_sessions"):
+        if (
+            not isinstance(spec[key], int)
+            or isinstance(spec[key], bool)
+            or spec[key] < (1 if key == "n_dialogues" else 3)
+        ):
+            raise DatasetError(str(p), "must be an integer (dialogues >= 1, sessions >= 3)", field=key)
+    return spec
+
+
+def load_drift(path: str | Path) -> list[Dialogue]:
+    """The loader of ``configs/dataset/synthetic_drift.yaml``: every seed's dialogues (``make_corpus``), each with
+    ``questions_of``. The data file holds the seeds and sizes; the dialogues follow from them and this module."""
+    spec = read_spec(path)
+    out: list[Dialogue] = []
+    for seed in spec["seeds"]:
+        corpus = make_corpus(seed, spec["n_dialogues"], spec["n_sessions"])
+        out += [replace(d, questions=questions_of(corpus, d), source=str(path)) for d in corpus.dialogues]
+    return out

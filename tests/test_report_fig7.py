@@ -51,20 +51,46 @@ def test_nothing_qualifies_beyond_k_or_without_questions() -> None:
     assert pick([A, B], {"conv-2": QUESTIONS["conv-2"]}, k=5) is None  # no question of their dialogue
 
 
-def test_render_falls_back_to_the_drift_corpus(tmp_path: Path, monkeypatch) -> None:
-    asked: list[Path] = []
+class FakeRun:
+    def __init__(self, dataset: str, method: str) -> None:
+        self.dataset, self.method, self.consolidates = dataset, method, method == "allmem"
 
-    def drift(root: Path, k: int = 5) -> fig7.Case:
-        asked.append(root)
-        case = pick([A], QUESTIONS, k)
-        case.top_with, case.where = ("D3:1", "D9:9"), "synthetic drift corpus (stand-in)"
+
+class FakePoint:
+    def __init__(self, run: FakeRun) -> None:
+        self.run = run
+
+
+def test_render_falls_back_to_the_drift_corpus(tmp_path: Path, monkeypatch) -> None:
+    found = {"atc_audit": {ds: [FakePoint(FakeRun(ds, m)) for m in ("allmem", "allmem_noatc")]
+                           for ds in ("locomo", "synthetic_drift")}}  # fmt: skip
+    asked: list[str] = []
+
+    def run_case(with_atc: FakeRun, without: FakeRun) -> fig7.Case | None:
+        asked.append(with_atc.dataset)
+        if with_atc.dataset == "locomo":
+            return None  # no LoCoMo Update qualifies
+        case = pick([A], QUESTIONS, 5)
+        case.top_with, case.where = ("D3:1", "D9:9"), "the drift corpus"
         return case
 
-    monkeypatch.setattr(fig7, "drift_case", drift)
-    written = fig7.render({}, tmp_path / "tables", tmp_path / "figures", None, "LME skipped")
-    assert asked == [tmp_path / "audit" / "drift_runs"]
-    assert {p.name for p in written} == {"fig7.png", "fig7.pdf", "fig7.md"}
+    drawn: list[fig7.Case] = []
+    monkeypatch.setattr(fig7, "run_case", run_case)
+    monkeypatch.setattr(
+        fig7, "draw", lambda case, out, runs, note: drawn.append(case) or [out.with_suffix(".png")]
+    )
+    monkeypatch.setattr(fig7, "footer", lambda runs, target, notes: " ".join(n for n in notes if n))
+    written = fig7.render(found, tmp_path / "tables", tmp_path / "figures", None, "LME skipped")
+    assert asked == ["locomo", "synthetic_drift"] and drawn and drawn[0].edit is A
     md = (tmp_path / "tables" / "fig7.md").read_text()
-    assert "synthetic drift corpus (stand-in)" in md and "No complete atc_audit runs" in md
+    assert written[-1] == tmp_path / "tables" / "fig7.md"
+    assert "the drift corpus" in md and "LoCoMo: no Update qualified under the rule." in md
     assert "1. `D9:9`: \n2. `D1:1` (archived unit): \n3. `D3:1` (current unit): " in md  # without ATC
     assert "**Version link**: version: u9 -> u1" in md
+
+
+def test_render_says_when_nothing_qualifies(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(fig7, "footer", lambda runs, target, notes: " ".join(n for n in notes if n))
+    fig7.render({}, tmp_path / "tables", tmp_path / "figures", None, "LME skipped")
+    md = (tmp_path / "tables" / "fig7.md").read_text()
+    assert "no figure" in md and "Synthetic drift corpus: no complete atc_audit runs" in md

@@ -31,53 +31,40 @@ from typing import Any
 import pandas as pd
 from omegaconf import OmegaConf
 
-from allmem import cache_store
 from allmem.paths import config_dir
-from allmem.run import files
 
 log = logging.getLogger("allmem.report")
 OPS = ("split", "merge", "update")
 CONFIDENCE = 0.95
-SETTINGS = "audit.yaml"  # configs/audit.yaml: the sampling and the drift corpus's own dataset config
+SETTINGS = "audit.yaml"  # configs/audit.yaml: the sampling
 DRIFT_ID = re.compile(r"^syn-(\d+)-\d+$")  # benchmarks.synthetic_drift.make_corpus names dialogues so
-
-
-@dataclass(frozen=True)
-class DriftSettings:
-    """The drift corpus as Table 8 runs it: seeds (pooled; never 0, the calibration seed) and sizes."""
-
-    seeds: tuple[int, ...]
-    n_dialogues: int
-    n_sessions: int
 
 
 @dataclass(frozen=True)
 class AuditSettings:
     seed: int
     per_operator: int
-    drift: DriftSettings
 
 
 def settings(path: Path | None = None) -> AuditSettings:
     """``configs/audit.yaml`` (every key required; an unknown one is an error naming the file)."""
     path = path or config_dir() / SETTINGS
     node = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-    assert isinstance(node, dict)
-    try:
-        d = node["drift"]
-        unknown = (set(node) - {"seed", "per_operator", "drift"}) | (
-            set(d) - {"seeds", "n_dialogues", "n_sessions"}
+    if not isinstance(node, dict) or sorted(node) != ["per_operator", "seed"]:
+        raise ValueError(f"{path}: must hold exactly the keys seed and per_operator")
+    return AuditSettings(int(node["seed"]), int(node["per_operator"]))
+
+
+def drift_truth(run: Any) -> GroundTruth:
+    """The ground-truth labeler of a run on the drift corpus: the sizes from the run's own data file."""
+    from benchmarks.synthetic_drift import read_spec
+
+    spec = read_spec(str(run.value("dataset.path")))
+    if 0 in spec["seeds"]:
+        raise ValueError(
+            f"{run.value('dataset.path')}: seed 0 is the offline diagnoser's calibration seed; audit others"
         )
-        if unknown:
-            raise ValueError(f"{path}: unknown keys {sorted(unknown)}")
-        out = AuditSettings(int(node["seed"]), int(node["per_operator"]),
-                            DriftSettings(tuple(int(s) for s in d["seeds"]), int(d["n_dialogues"]),
-                                          int(d["n_sessions"])))  # fmt: skip
-    except KeyError as exc:
-        raise ValueError(f"{path}: missing key {exc}") from None
-    if 0 in out.drift.seeds:
-        raise ValueError(f"{path}: drift.seeds must not hold 0 (the offline diagnoser was calibrated on it)")
-    return out
+    return GroundTruth(spec["n_dialogues"], spec["n_sessions"])
 
 
 # ------------------------------------------------------------------------------------------------ edits
@@ -236,54 +223,3 @@ def markdown(frame: pd.DataFrame) -> str:
             f"{r.patterns or '-'} | {r.labeler} |"
         )
     return "\n".join(lines)
-
-
-# ------------------------------------------------------------------------------------------------ the drift runs
-def drift_run(seed: int, spec: DriftSettings, root: Path) -> Path:
-    """All-Mem with the paper's defaults (``configs/method/allmem.yaml``, offline roles, the MiniLM embedder) over
-    one seed of the drift corpus; the run folder (its ``atc_events.jsonl``) is kept under ``root`` and re-used
-    while the code (``allmem/``, ``benchmarks/``, ``configs/``) and the corpus settings are the same."""
-    key = cache_store.code_key(("allmem", "benchmarks", "configs"), seed, spec.n_dialogues, spec.n_sessions,
-                               length=12)  # fmt: skip
-    run_dir = root / f"seed{seed}-{spec.n_dialogues}x{spec.n_sessions}-{key}"
-    if (run_dir / files.DONE).exists():
-        return run_dir
-    from allmem.llm import build_llm
-    from allmem.memory.system import AllMem
-    from allmem.run.runner import ingest
-    from allmem.systems import Resources
-    from benchmarks.synthetic_drift import make_corpus
-
-    if run_dir.exists():  # an interrupted earlier attempt: its events are partial
-        import shutil
-
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True)
-    corpus = make_corpus(seed, spec.n_dialogues, spec.n_sessions)
-    llm = build_llm(OmegaConf.load(config_dir() / "llm" / "offline.yaml"), run_dir=run_dir)
-    system = AllMem.from_config(Resources(drift_embedder(), llm, run_dir))
-    for i, d in enumerate(corpus.dialogues, 1):
-        print(f"[allmem] table8: drift corpus seed {seed}: dialogue {i}/{len(corpus.dialogues)}", flush=True)
-        ingest(system, d, progress=False)
-    files.write_atomic(run_dir / files.DONE, "")
-    return run_dir
-
-
-@cache
-def drift_embedder() -> Any:
-    """The paper's embedder (``configs/embedder/minilm.yaml``), its cache in allmem's cache folder."""
-    from allmem.paths import cache_dir
-    from allmem.run.runner import build
-
-    return build(
-        OmegaConf.load(config_dir() / "embedder" / "minilm.yaml"), cache_dir=cache_dir() / "embeddings"
-    )
-
-
-def drift_edits(spec: DriftSettings, root: Path) -> list[Edit]:
-    from allmem.memory.atc.events import read_events
-
-    out: list[Edit] = []
-    for seed in spec.seeds:
-        out += executed(read_events(drift_run(seed, spec, root)), f"drift seed {seed}")
-    return out

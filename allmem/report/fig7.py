@@ -5,10 +5,9 @@ The rule that picks the case (``pick``): among the executed Update edits of All-
 run), the one whose archived unit ranked highest (a turn of its evidence at the best rank) for some question of
 the same dialogue in the same configuration without ATC (``allmem_noatc``'s ``ranked_source_ids``: "before
 consolidation"), within the top k (``protocol.table_k``); ties go to the earlier dialogue, consolidation run,
-unit ids and question. When no LoCoMo Update qualifies (or no run is there), the case comes from the synthetic
-drift corpus (``drift_case``): the ground-truth-valid Updates of its first seed (``configs/audit.yaml``), each
-asked the corpus's question about the attribute it updates, by the same rule, with All-Mem built without and with
-ATC on that dialogue.
+unit ids and question. The rule is applied to the ``atc_audit`` runs on LoCoMo first; when no LoCoMo Update
+qualifies (or no run is there), to those on the synthetic drift corpus (``configs/dataset/synthetic_drift.yaml``:
+its questions ask each speaker's latest state, so an Update's archived unit can rank for one).
 """
 
 from __future__ import annotations
@@ -20,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from allmem.report.audit import Edit
-
-K_DEFAULT = 5
+from allmem.report.provenance import DATASET_TITLES, footer
 
 
 @dataclass(frozen=True)
@@ -84,14 +82,14 @@ def pick(updates: Sequence[Edit], questions: Mapping[str, Sequence[Question]], k
     return best[1] if best else None
 
 
-# ------------------------------------------------------------------------------------------------ LoCoMo
-def locomo_case(with_atc: Any, without: Any) -> Case | None:
-    """The case of two ``atc_audit`` runs (``allmem.report.runs.Run``), or None when no Update qualifies."""
-    from allmem.memory.atc.events import read_events
+# ------------------------------------------------------------------------------------------------ from runs
+def run_case(with_atc: Any, without: Any) -> Case | None:
+    """The case of two ``atc_audit`` runs on one dataset (``allmem.report.runs.Run``: with and without ATC), or
+    None when no Update qualifies."""
     from allmem.report.audit import executed
 
-    k = int(with_atc.value("protocol.table_k", K_DEFAULT))
-    updates = [e for e in executed(read_events(with_atc.path), with_atc.label) if e.op == "update"]
+    k = int(with_atc.value("protocol.table_k"))
+    updates = [e for e in executed(with_atc.events("target"), with_atc.label) if e.op == "update"]
     questions: dict[str, list[Question]] = {}
     for r in without.records():
         questions.setdefault(r["dialogue_id"], []).append(
@@ -102,75 +100,13 @@ def locomo_case(with_atc: Any, without: Any) -> Case | None:
         return None
     mine = next(r for r in with_atc.records() if r["question_id"] == case.question.id)
     case.top_with = tuple(mine["ranked_source_ids"])
-    case.where = f"LoCoMo, {with_atc.label} vs {without.label}"
+    case.where = (
+        f"{DATASET_TITLES.get(with_atc.dataset, with_atc.dataset)}, {with_atc.label} vs {without.label}"
+    )
     from benchmarks import load_dataset
 
     dialogue = next(d for d in load_dataset(with_atc.cfg.dataset) if d.id == case.edit.dialogue)
     case.texts = {(t.source_id or t.id): t.text for s in dialogue.sessions for t in s.turns}
-    return case
-
-
-# ------------------------------------------------------------------------------------------------ drift corpus
-def _system(atc: bool) -> Any:
-    from omegaconf import OmegaConf
-
-    from allmem.llm import build_llm
-    from allmem.memory.system import AllMem
-    from allmem.paths import config_dir
-    from allmem.report.audit import drift_embedder
-    from allmem.systems import Resources
-
-    llm = build_llm(OmegaConf.load(config_dir() / "llm" / "offline.yaml"))
-    return AllMem.from_config(Resources(drift_embedder(), llm, None), atc={"enabled": atc})
-
-
-def _ranked(system: Any, dialogue: Any, text: str, depth: int) -> tuple[str, ...]:
-    from datetime import timedelta
-
-    from allmem.metrics.retrieval import rank_source_ids
-    from allmem.run.runner import ingest
-
-    if getattr(system, "_fig7_dialogue", None) != dialogue.id:
-        ingest(system, dialogue, progress=False)
-        system._fig7_dialogue = dialogue.id
-    when = dialogue.sessions[-1].date + timedelta(days=1)
-    return tuple(rank_source_ids(system.retrieve(text, when).units)[:depth])
-
-
-def drift_case(root: Path, k: int = K_DEFAULT) -> Case | None:
-    """The rule on the drift corpus's first configured seed (its run is Table 8's, re-used)."""
-    from allmem.memory.atc.events import read_events
-    from allmem.report import audit
-    from benchmarks.synthetic_drift import make_corpus, question_for
-
-    conf = audit.settings()
-    seed = conf.drift.seeds[0]
-    edits = audit.executed(read_events(audit.drift_run(seed, conf.drift, root)), f"drift seed {seed}")
-    truth = audit.GroundTruth(conf.drift.n_dialogues, conf.drift.n_sessions)
-    updates = [e for e in edits if e.op == "update"]
-    updates = [e for e, lb in zip(updates, truth.label(updates), strict=True) if lb.valid]
-    corpus = make_corpus(seed, conf.drift.n_dialogues, conf.drift.n_sessions)
-    dialogues = {d.id: d for d in corpus.dialogues}
-    questions: dict[str, list[Question]] = {}
-    without = _system(atc=False)
-    for dlg in sorted({e.dialogue for e in updates}):
-        for e in (x for x in updates if x.dialogue == dlg):
-            asked = question_for(truth.members(e)[0])
-            if asked is None:
-                continue
-            qid = f"{dlg}:{e.event['ids'][0]}"
-            if any(q.id == qid for q in questions.get(dlg, [])):
-                continue
-            ranked = _ranked(without, dialogues[dlg], asked[0], max(k, 10))
-            questions.setdefault(dlg, []).append(Question(qid, asked[0], asked[1], ranked))
-    case = pick(updates, questions, k)
-    if case is None:
-        return None
-    case.top_with = _ranked(_system(atc=True), dialogues[case.edit.dialogue], case.question.text, max(k, 10))
-    case.where = f"synthetic drift corpus, seed {seed} (fallback: no LoCoMo Update qualified)"
-    case.texts = {
-        (t.source_id or t.id): t.text for s in dialogues[case.edit.dialogue].sessions for t in s.turns
-    }
     return case
 
 
@@ -240,72 +176,57 @@ def draw(case: Case, out: Path, runs: Sequence[Any], note: str) -> list[Path]:
             text = textwrap.fill(f"{i + 1}. {sid}: {case.texts.get(sid, '')}", 44)
             right.text(x, 0.88 - i * 0.17, text, fontsize=7.5, va="top", color=color)
     fig.suptitle(f"Fig. 7: an Update case study ({case.where})", fontsize=10)
-    if runs:
-        return save(fig, runs, out, note)
-    from allmem.run import files
-
-    fig.text(
-        0.005, 0.005, f"drift corpus, offline roles, MiniLM\n{note}", fontsize=6.5, color="0.3", wrap=True
-    )
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    paths = [out.with_suffix(f".{ext}") for ext in ("png", "pdf")]
-    for path in paths:
-        files.write_via(path, lambda tmp: fig.savefig(tmp, dpi=150))
-    plt.close(fig)
-    return paths
+    return save(fig, runs, out, note)
 
 
 RULE = (
     "Rule: among the executed Update edits of All-Mem with ATC, the one whose archived unit ranked highest (within "
     "the top k) for some question of its dialogue in the same configuration without ATC (allmem_noatc's ranking: "
     "before consolidation); ties to the earlier dialogue, consolidation run, unit ids and question. Fallback when no "
-    "LoCoMo Update qualifies: the same rule on the synthetic drift corpus's first seed (configs/audit.yaml), over "
-    "its ground-truth-valid Updates, each asked the corpus's question about the attribute it updates. Red: the "
+    "LoCoMo Update qualifies: the same rule on the atc_audit runs on the synthetic drift corpus. Red: the "
     "archived unit's turns; green: the current unit's. With ATC, Stage 1 searches the visible units only; an "
     "archived unit can still come back in Stage 2 through the version link from its current unit, and Stage 3 "
     "ranks it by its similarity to the question."
 )
 
 
+DATASETS_IN_ORDER = ("locomo", "synthetic_drift")  # LoCoMo first; the drift corpus is the fallback
+
+
 def render(
     found: Mapping[str, Any], tables: Path, figures: Path, lme: str | None, skipped: str
 ) -> list[Path]:
-    from allmem.report.provenance import footer
     from allmem.report.targets import AUDIT
     from allmem.run import files
 
     case, runs, notes = None, [], []
-    pts = found.get(AUDIT, {}).get("locomo", [])
-    with_atc = next((p.run for p in pts if p.run is not None and p.run.consolidates), None)
-    without = next((p.run for p in pts if p.run is not None and p.run.method == "allmem_noatc"), None)
-    if with_atc is not None and without is not None:
+    for ds in DATASETS_IN_ORDER:
+        title = DATASET_TITLES.get(ds, ds)
+        pts = found.get(AUDIT, {}).get(ds, [])
+        with_atc = next((p.run for p in pts if p.run is not None and p.run.consolidates), None)
+        without = next((p.run for p in pts if p.run is not None and p.run.method == "allmem_noatc"), None)
+        if with_atc is None or without is None:
+            notes.append(
+                f"{title}: no complete atc_audit runs (allmem and allmem_noatc); make fig7 runs them."
+            )
+            continue
         runs = [with_atc, without]
         try:
-            case = locomo_case(with_atc, without)
-            if case is None:
-                notes.append(
-                    "No LoCoMo Update qualified under the rule: the case comes from the drift corpus."
-                )
+            case = run_case(with_atc, without)
         except ValueError as exc:  # a run of records version 1: its edit lines hold no units
-            notes.append(f"{exc}. The case comes from the drift corpus.")
-    else:
-        notes.append("No complete atc_audit runs (allmem, allmem_noatc) on LoCoMo: the case comes from the drift "
-                     "corpus (make fig7 runs them).")  # fmt: skip
-    if case is None:
-        case = drift_case(tables.parent / "audit" / "drift_runs")
-    written: list[Path] = []
+            notes.append(f"{title}: {exc}.")
+            continue
+        if case is not None:
+            break
+        notes.append(f"{title}: no Update qualified under the rule.")
     sections = ["# Fig. 7: an Update case study"]
+    written: list[Path] = []
     if case is None:
-        sections.append("No Update qualified under the rule, on LoCoMo or on the drift corpus: no figure.")
+        sections.append("No Update qualified under the rule on any dataset: no figure.")
     else:
         written = draw(case, figures / "fig7", runs, "Fig. 7 " + RULE.split(";")[0])
         sections += [*[f"- `{p}`" for p in written if p.suffix == ".png"], markdown(case)]
-    if runs:
-        sections.append(footer(runs, "fig7", [RULE, *notes, "" if lme else skipped + "."]))
-    else:
-        sections.append("\n\n".join(f"*{n}*" for n in ["Made by `allmem report fig7` from the drift corpus "
-                                                         "(offline roles, MiniLM).", RULE, *notes] if n))  # fmt: skip
+    sections.append(footer(runs, "fig7", [RULE, *notes, "" if lme else skipped + "."]))
     tables.mkdir(parents=True, exist_ok=True)
     md = tables / "fig7.md"
     files.write_atomic(md, "\n\n".join(sections).rstrip() + "\n")

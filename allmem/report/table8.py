@@ -1,6 +1,6 @@
 """``allmem report table8``: Table 8 from the drift corpus (ground truth) and the ``atc_audit`` runs.
 
-Offline it reports the drift corpus and exports the LoCoMo sheet (``results/audit/``, not committed); a filled
+Offline it reports the drift corpus (its own ``atc_audit`` run, ``configs/dataset/synthetic_drift.yaml``) and exports the LoCoMo sheet (``results/audit/``, not committed); a filled
 sheet is imported into its own rows; a run made with a real LLM (``llm=openai``) is also judged by the LLM labeler
 (``allmem/report/audit_judge.py``). Definitions and labelers: ``allmem/report/audit.py``.
 """
@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from allmem.memory.atc.events import read_events
 from allmem.paths import DATASETS
 from allmem.report import audit, audit_sheet
 from allmem.report.provenance import footer
@@ -20,6 +19,7 @@ from allmem.report.targets import AUDIT, Point
 from allmem.run import files
 
 Found = dict[str, dict[str, list[Point]]]
+DRIFT = "synthetic_drift"
 HARMFUL_SHOWN = 12  # harmful drift edits listed under the table
 
 
@@ -44,25 +44,35 @@ def render(found: Found, tables: Path, figures: Path, lme: str | None, skipped: 
     frames: list[pd.DataFrame] = []
     sections = ["# Table 8: validity and harm of accepted ATC edits"]
     notes: list[str] = []
-    # the drift corpus, ground truth
-    drift_root = tables.parent / "audit" / "drift_runs"
-    pool = audit.drift_edits(conf.drift, drift_root)
-    edits = audit.sample(pool, conf.per_operator, conf.seed)
-    truth = audit.GroundTruth(conf.drift.n_dialogues, conf.drift.n_sessions)
-    labels = truth.label(edits)
-    seeds = ", ".join(map(str, conf.drift.seeds))
-    frames.append(audit.table(edits, labels, truth.name, f"drift corpus (seeds {seeds}, pooled)", pool))
-    harmful = [(e, lb) for e, lb in zip(edits, labels, strict=True) if lb.harmful]
-    # LoCoMo (and LongMemEval-s): the sheet, its import, the judge
     runs: list[Run] = []
+    # the drift corpus, ground truth
+    harmful: list[tuple[audit.Edit, audit.Label]] = []
+    seeds = ""
+    for run in audit_runs(found, DRIFT):
+        from benchmarks.synthetic_drift import read_spec
+
+        runs.append(run)
+        truth = audit.drift_truth(run)
+        pool = audit.executed(run.events("target"), run.label)
+        edits = audit.sample(pool, conf.per_operator, conf.seed)
+        labels = truth.label(edits)
+        seeds = ", ".join(map(str, read_spec(str(run.value("dataset.path")))["seeds"]))
+        frames.append(audit.table(edits, labels, truth.name, f"drift corpus (seeds {seeds}, pooled)", pool))
+        harmful += [(e, lb) for e, lb in zip(edits, labels, strict=True) if lb.harmful]
+    if not seeds:
+        notes.append("No complete atc_audit run on the synthetic drift corpus: no ground-truth rows (make table8 "
+                     "runs it).")  # fmt: skip
+    # LoCoMo (and LongMemEval-s): the sheet, its import, the judge
     written: list[Path] = []
     for ds in ("locomo", "longmemeval_s"):
+        if ds in found.get(AUDIT, {}) and not audit_runs(found, ds):
+            notes.append(f"{DATASETS[ds].title}: no complete atc_audit run with ATC; make table8 runs it.")
         for run in audit_runs(found, ds):
             runs.append(run)
             title = DATASETS[ds].title
             try:
-                run_edits = audit.executed(read_events(run.path), run.label)
-            except (ValueError, FileNotFoundError) as exc:
+                run_edits = audit.executed(run.events("target"), run.label)
+            except ValueError as exc:
                 notes.append(f"{title}: {exc}")
                 continue
             sampled = audit.sample(run_edits, conf.per_operator, conf.seed)
@@ -99,6 +109,12 @@ def render(found: Found, tables: Path, figures: Path, lme: str | None, skipped: 
             else:
                 notes.append(f"{title}: offline run: no LLM judge (make table8 SET=llm=openai judges the edits; "
                              "SET='llm=openai llm.dry_run=true' estimates its cost).")  # fmt: skip
+    if not frames:
+        from allmem.errors import ConfigError
+
+        raise ConfigError(
+            "table8: no complete atc_audit run (LoCoMo or the drift corpus); run make table8 first"
+        )
     frame = pd.concat(frames, ignore_index=True)
     sections.append(audit.markdown(frame))
     if harmful:
@@ -106,10 +122,10 @@ def render(found: Found, tables: Path, figures: Path, lme: str | None, skipped: 
         sections.append("\n".join(f"- {lb.pattern}: {_brief(e)}" for e, lb in harmful[:HARMFUL_SHOWN]))
     notes += [
         skipped + "." if not lme else "",
-        f"Edits: executed ATC edits (atc_events.jsonl), up to {conf.per_operator} per operator drawn with seed "
-        f"{conf.seed} (configs/audit.yaml). Drift corpus: All-Mem with the paper's defaults (offline roles, "
-        f"MiniLM) over benchmarks/synthetic_drift.py seeds {seeds} ({conf.drift.n_dialogues} dialogues x "
-        f"{conf.drift.n_sessions} sessions each), pooled; seed 0 (the offline diagnoser's calibration) is not used.",
+        f"Edits: executed ATC edits (atc_events.jsonl) of the atc_audit experiment's All-Mem run, up to "
+        f"{conf.per_operator} per operator drawn with seed {conf.seed} (configs/audit.yaml). Drift corpus: "
+        f"configs/dataset/synthetic_drift.yaml, seeds {seeds or '-'} pooled (its data file); seed 0 (the offline "
+        "diagnoser's calibration) is not used.",
         "Valid: Split separates genuinely conflated evidence, Merge joins factually redundant units, Update "
         "archives a genuinely superseded state and keeps the current one. Harmful: likely to degrade future "
         "retrieval; on the drift corpus decided from its facts (benchmarks.synthetic_drift.harm_of: a merge across "
@@ -118,17 +134,7 @@ def render(found: Found, tables: Path, figures: Path, lme: str | None, skipped: 
         "Rates with 95% Wilson score intervals (scipy.stats.binomtest). Offline LoCoMo executes few Updates "
         "(Table 3), so its intervals are wide.",
     ]
-    if runs:
-        sections.append(footer(runs, "table8", notes))
-    else:  # the drift corpus alone: its runs are made here, by this checkout's code
-        from datetime import UTC, datetime
-
-        from allmem.fingerprint import source_fingerprint
-
-        now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-        head = (f"*Made by `allmem report table8` on {now} from the drift corpus runs under {drift_root} (code "
-                f"fingerprint {source_fingerprint()}); no atc_audit run found (make table8 runs them).*")  # fmt: skip
-        sections.append("\n\n".join([head, *[f"*{n}*" for n in notes if n]]))
+    sections.append(footer(runs, "table8", notes))
     tables.mkdir(parents=True, exist_ok=True)
     md, csv = tables / "table8.md", tables / "table8.csv"
     files.write_atomic(md, "\n\n".join(sections).rstrip() + "\n")

@@ -112,11 +112,19 @@ def experiments_of(targets: Sequence[str]) -> list[str]:
     return [e for e in ORDER if e in wanted] + sorted(wanted - set(ORDER))
 
 
-def dataset_overrides(lme: str | None) -> dict[str, list[str]]:
-    """The datasets every target runs on: LoCoMo always, LongMemEval-s when its file is given."""
+# Experiments that also run on a dataset of their own: the ATC audit on the synthetic drift corpus, where every
+# edit's truth is known (Table 8's ground truth, Fig. 7's fallback).
+ALSO_ON: dict[str, tuple[str, ...]] = {AUDIT: ("synthetic_drift",)}
+
+
+def dataset_overrides(lme: str | None, experiment: str | None = None) -> dict[str, list[str]]:
+    """The datasets a target's experiment runs on: LoCoMo always, LongMemEval-s when its file is given, and the
+    experiment's own (``ALSO_ON``)."""
     out = {LOCOMO: [f"dataset={LOCOMO}"]}
     if lme:
         out[LME] = [f"dataset={LME}", f"dataset.path={Path(lme).expanduser().resolve()}"]
+    for ds in ALSO_ON.get(experiment or "", ()):
+        out[ds] = [f"dataset={ds}"]
     return out
 
 
@@ -284,7 +292,7 @@ def collect(
     runs = by_hash(find_runs(root)) if runs is None else runs
     hashes = _HashCache()
     found = {
-        exp: {ds: points(exp, ds, ov, extra, runs, hashes) for ds, ov in dataset_overrides(lme).items()}
+        exp: {ds: points(exp, ds, ov, extra, runs, hashes) for ds, ov in dataset_overrides(lme, exp).items()}
         for exp in experiments
     }
     hashes.save()
