@@ -52,7 +52,7 @@ def run_experiments(
                 continue
             cmd = [
                 sys.executable, "-m", "allmem.cli", "run", "-m", f"+experiment={exp}",
-                *targets.dataset_overrides(lme)[ds], f"run.root={root}", "hydra/launcher=local",
+                *targets.dataset_overrides(lme, exp)[ds], f"run.root={root}", "hydra/launcher=local",
                 f"hydra.launcher.n_jobs={jobs}", *extra,
             ]  # fmt: skip
             print(

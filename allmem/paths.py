@@ -30,6 +30,8 @@ DATASETS: dict[str, DatasetFiles] = {
         "longmemeval", ("longmemeval_m_cleaned.json", "longmemeval_m.json"), "LongMemEval-M"
     ),
     "longmemeval_oracle": DatasetFiles("longmemeval", ("longmemeval_oracle.json",), "LongMemEval-oracle"),
+    # generated: its data file (seeds and sizes) is benchmarks/synthetic_drift.json, named by its dataset config
+    "synthetic_drift": DatasetFiles("synthetic_drift", ("synthetic_drift.json",), "Synthetic drift corpus"),
 }
 
 

@@ -203,7 +203,7 @@ class RecordError(ValueError):
 # The version of the records a run writes (``Prediction``, ``CallRecord``, system stats, ATC events). Bump it once
 # per change of fields, here, with the change; every attempt's manifest entry records it (``records``), so a
 # reader can tell which fields a run's files hold. docs/DESIGN.md keeps the history.
-RECORD_VERSION = 2  # 2: ranked_units, evidence_turns; latency_ms retrieve_search, query_embed; turn_write_ms
+RECORD_VERSION = 3  # 2: ranked_units, evidence_turns; latency_ms retrieve_search, query_embed; turn_write_ms; 3: ATC edit texts
 
 
 @dataclass(frozen=True)

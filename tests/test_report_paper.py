@@ -109,8 +109,10 @@ def test_figures_and_parquet(tmp_path):
 
 def test_targets_registry_expands_groups_and_orders_experiments():
     assert expand(["paper"]) == [
-        "table1", "table2", "retrieval", "table3", "table4", "ablations_hybrid", "fig3", "fig4", "fig5", "fig6"
+        "table1", "table2", "retrieval", "table3", "table4", "ablations_hybrid", "fig3", "fig4", "fig5", "fig6",
+        "table5", "table8", "fig7",
     ]  # fmt: skip
+    assert experiments_of(["table8", "fig7"]) == ["atc_audit"] and experiments_of(["table5"]) == []
     assert expand(["ablations"]) == ["table4"]
     assert experiments_of(["fig3"]) == ["table1", "fig3", "fig3_anchors"]
     assert experiments_of(["table1"]) == ["table1", "stage1_bm25", "stage1_hybrid"]

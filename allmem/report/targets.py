@@ -35,6 +35,9 @@ LME_SKIPPED = (
 # All-Mem (no consolidation) with Stage 1 scored by BM25 or BM25 + dense: single-point experiments whose rows
 # Table 1 shows beside the methods of configs/experiment/table1.yaml.
 STAGE1_VARIANTS = ("stage1_bm25", "stage1_hybrid")
+# All-Mem with and without consolidation (the same points as in table1, so the same runs): the executed edits
+# Table 8 audits and Fig. 7 draws, and the rankings before consolidation.
+AUDIT = "atc_audit"
 
 
 @dataclass(frozen=True)
@@ -57,12 +60,15 @@ TARGETS: dict[str, Target] = {
         Target("fig4", ("fig4_theta", "fig4_dsigma"), "Fig. 4: sensitivity to theta and d_sigma"),
         Target("fig5", ("fig5", "fig4_theta"), "Fig. 5: visible surface and Mem-Lat"),
         Target("fig6", ("fig4_theta",), "Fig. 6: recoverability of archived units"),
+        Target("table5", (), "Table 5: dataset statistics"),
+        Target("table8", (AUDIT,), "Table 8: validity and harm of accepted ATC edits"),
+        Target("fig7", (AUDIT,), "Fig. 7: an Update case study"),
     )
 }
 ALIASES = {"ablations": ("table4",)}
 GROUPS = {
-    "tables": ("table1", "table2", "retrieval", "table3", "table4", "ablations_hybrid"),
-    "figures": ("fig3", "fig4", "fig5", "fig6"),
+    "tables": ("table1", "table2", "retrieval", "table3", "table4", "ablations_hybrid", "table5", "table8"),
+    "figures": ("fig3", "fig4", "fig5", "fig6", "fig7"),
     "paper": (
         "table1",
         "table2",
@@ -74,10 +80,13 @@ GROUPS = {
         "fig4",
         "fig5",
         "fig6",
+        "table5",
+        "table8",
+        "fig7",
     ),
 }
 # Experiments run in this order: table1 first, so the sweeps find its ingested banks; cheap ones before fig3.
-ORDER = ("table1", *STAGE1_VARIANTS, "ablations", "ablations_hybrid", "fig4_theta", "fig4_dsigma", "fig3",
+ORDER = ("table1", AUDIT, *STAGE1_VARIANTS, "ablations", "ablations_hybrid", "fig4_theta", "fig4_dsigma", "fig3",
          "fig3_anchors", "fig5")  # fmt: skip
 
 
@@ -100,11 +109,19 @@ def experiments_of(targets: Sequence[str]) -> list[str]:
     return [e for e in ORDER if e in wanted] + sorted(wanted - set(ORDER))
 
 
-def dataset_overrides(lme: str | None) -> dict[str, list[str]]:
-    """The datasets every target runs on: LoCoMo always, LongMemEval-s when its file is given."""
+# Experiments that also run on a dataset of their own: the ATC audit on the synthetic drift corpus, where every
+# edit's truth is known (Table 8's ground truth, Fig. 7's fallback).
+ALSO_ON: dict[str, tuple[str, ...]] = {AUDIT: ("synthetic_drift",)}
+
+
+def dataset_overrides(lme: str | None, experiment: str | None = None) -> dict[str, list[str]]:
+    """The datasets a target's experiment runs on: LoCoMo always, LongMemEval-s when its file is given, and the
+    experiment's own (``ALSO_ON``)."""
     out = {LOCOMO: [f"dataset={LOCOMO}"]}
     if lme:
         out[LME] = [f"dataset={LME}", f"dataset.path={Path(lme).expanduser().resolve()}"]
+    for ds in ALSO_ON.get(experiment or "", ()):
+        out[ds] = [f"dataset={ds}"]
     return out
 
 
@@ -271,7 +288,7 @@ def collect(
     runs = by_hash(find_runs(root)) if runs is None else runs
     hashes = _HashCache()
     found = {
-        exp: {ds: points(exp, ds, ov, extra, runs, hashes) for ds, ov in dataset_overrides(lme).items()}
+        exp: {ds: points(exp, ds, ov, extra, runs, hashes) for ds, ov in dataset_overrides(lme, exp).items()}
         for exp in experiments
     }
     hashes.save()
