@@ -1,12 +1,5 @@
-"""The one helper of the file and folder caches (item scores, point hashes, banks, tiktoken seed files).
-
-It holds the one rule for what a code change invalidates (docs/DESIGN.md, "Caches"): a value allmem's code
-computes is keyed by ``code_key`` over the source fingerprint (``allmem.fingerprint``, the one runs record) of the
-sources that compute it, so editing them is a miss; a value that depends on something outside the code (an LLM
-reply, an embedding, tiktoken's file) is keyed by that thing's own identity. Writes are atomic (a reader never
-sees half an entry); a damaged entry is set aside (``<name>.corrupt-<time>-<hex>``, kept for a look, never read
-again) with one warning naming it, since a cache only saves time and must never cost a run.
-"""
+"""The one helper of the file and folder caches (docs/DESIGN.md, "Caches"): the key rule (``code_key``), atomic
+writes, a lock, and damaged entries set aside with one warning (a cache only saves time, never costs a run)."""
 
 from __future__ import annotations
 

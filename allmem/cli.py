@@ -6,6 +6,7 @@
     allmem paper run|list TARGET...       run (or list) the experiments of paper tables and figures: table1 fig3
     allmem download locomo|longmemeval_s|_m|_oracle  fetch a public dataset into data/ and verify it
     allmem compare A B                    whether two run directories (or run roots) hold the same results
+    allmem judge RUN_DIR [llm=...] [--graded]  judge a finished run's answers again, into RUN_DIR/judges/<key>/
     allmem merge RUN_DIR                  seal a run made in shards (run.shard=i/n) once every shard is done
 
 ``allmem run --help`` shows Hydra's help with every config group and its options. Expected errors (bad config
@@ -16,6 +17,7 @@ line and exit 128 + the signal (130, 143). HYDRA_FULL_ERROR=1 shows the tracebac
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import signal
@@ -44,6 +46,8 @@ def _run(argv: list[str]) -> int:
 
     from allmem.defaults import PRIMARY
     from allmem.paths import config_dir  # also registers the resolvers the configs use
+    from allmem.run.identity import credential_override
+    from allmem.run.preflight import renamed_override
     from allmem.run.runner import run
 
     if not config_dir().is_dir():
@@ -51,14 +55,8 @@ def _run(argv: list[str]) -> int:
         return 2
 
     expected = expected_errors()
-    from allmem.run.identity import credential_override
-
-    if refused := credential_override(argv):  # before Hydra writes the overrides into its folder
-        print(f"allmem run: error: {refused}", file=sys.stderr)
-        return 1
-    from allmem.run.preflight import renamed_override
-
-    if refused := renamed_override(argv):  # Hydra would only say the old key is not in the config
+    # before Hydra starts: it writes the overrides into its folder, and would call an old key merely unknown
+    if refused := credential_override(argv) or renamed_override(argv):
         print(f"allmem run: error: {refused}", file=sys.stderr)
         return 1
 
@@ -154,6 +152,12 @@ def _point_labels(points: list[list[str]]) -> list[str]:
     return [",".join(o for o in p if o not in shared) or ",".join(p) for p in points]
 
 
+# Each command's module, whose ``main(argv)`` it runs (``run`` is Hydra's, above).
+_COMMANDS = {"score": "allmem.metrics", "report": "allmem.report", "paper": "allmem.experiments",
+             "compare": "allmem.run.compare", "merge": "allmem.run.shards", "judge": "allmem.run.rejudge",
+             "download": "benchmarks.download"}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     _offline_defaults()
@@ -164,30 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "run":
         return _run(rest)
-    if command == "score":
-        from allmem.metrics import main as score_main
-
-        return int(score_main(rest) or 0)
-    if command == "report":
-        from allmem.report import main as report_main
-
-        return int(report_main(rest) or 0)
-    if command == "paper":
-        from allmem.experiments import main as paper_main
-
-        return int(paper_main(rest) or 0)
-    if command == "compare":
-        from allmem.run.compare import main as compare_main
-
-        return int(compare_main(rest) or 0)
-    if command == "merge":
-        from allmem.run.shards import main as merge_main
-
-        return int(merge_main(rest) or 0)
-    if command == "download":
-        from benchmarks.download import main as download_main
-
-        return int(download_main(rest) or 0)
+    if command in _COMMANDS:  # imported only when asked for
+        return int(importlib.import_module(_COMMANDS[command]).main(rest) or 0)
     print(f"allmem: unknown command {command!r}\n{USAGE}", file=sys.stderr)
     return 2
 

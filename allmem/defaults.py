@@ -1,12 +1,6 @@
-"""The one home of every default is ``configs/``; code builds its settings from a config node, never guesses one.
-
-Why: when the YAML and the dataclasses both held defaults they drifted, and keeping them equal took a validator
-per dataclass and sync tests. Now the settings dataclasses (``WriteConfig``, ``RetrievalConfig``, ``ATCConfig``,
-``ProbeConfig``) declare no defaults and are built by ``from_node``, which names every unknown and every missing
-key in one line. A run gets its nodes from Hydra's composed config; library code without Hydra gets the paper's
-values with ``method_node("allmem")`` (``configs/method/allmem.yaml`` read with OmegaConf alone) and changes what
-it needs: ``paper(RetrievalConfig, K=4)``.
-"""
+"""Settings built from ``configs/``, the one home of every default (docs/DESIGN.md, "Configuration"): ``from_node``
+builds a settings dataclass from its node; without Hydra, ``paper(RetrievalConfig, K=4)`` takes the paper's values
+(``method_node("allmem")``) and changes what it needs."""
 
 from __future__ import annotations
 
@@ -55,9 +49,7 @@ def _load(name: str) -> dict[str, Any]:
         raise ConfigError(f"no method config {path}")
     raw = OmegaConf.load(path)
     merged = OmegaConf.create()
-    for entry in raw.get(
-        "defaults", ["_self_"]
-    ):  # a method file includes its base (allmem_ref: [allmem, _self_])
+    for entry in raw.get("defaults", ["_self_"]):  # a method file includes its base (allmem_ref)
         merged = OmegaConf.merge(merged, raw if entry == "_self_" else OmegaConf.create(_load(str(entry))))
     merged.pop("defaults", None)
     out = OmegaConf.to_container(merged, resolve=False)
@@ -75,9 +67,7 @@ def group_node(group: str, option: str) -> dict[str, Any]:
 def method_node(name: str = "allmem") -> dict[str, Any]:
     """The resolved ``method`` node of ``configs/method/<name>.yaml`` (its ``atc`` inlined), without Hydra."""
     node = plain(OmegaConf.create(_load(name)))
-    return (
-        node["method"] if "method" in node else node
-    )  # All-Mem files are global (method: + atc:); others not
+    return node.get("method", node)  # All-Mem files are global (method: + atc:); others not
 
 
 def paper(cls: type[T], name: str = "allmem", **changes: Any) -> T:

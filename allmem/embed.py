@@ -200,6 +200,11 @@ class Embedder:
             raise TypeError(f"Embedder.encode_one expects str, got {type(text).__name__}")
         return self.encode([text])[0]
 
+    def encode_uncached(self, texts: Sequence[str]) -> np.ndarray:
+        """The model's vectors for ``texts``, every cache bypassed and nothing stored or counted: what the runner
+        times as a query's embedding cost (``allmem.run.timing``), the same for every method and cache state."""
+        return self._encode_model(list(texts))
+
     def _encode_model(self, texts: list[str]) -> np.ndarray:
         """Vectors of ``texts``, each computed in a forward pass of texts of its own token length (no padding)."""
         if self.backend != "torch":

@@ -1,15 +1,9 @@
-"""The embedding cache's SQLite file: one table (model, key) -> float32 blob, shared by concurrent processes.
+"""The embedding cache's SQLite file: one table (model, key) -> float32 blob, shared by concurrent processes (WAL).
 
-Why SQLite: WAL mode lets two processes read and write at once, lookups for a batch are one indexed query, and
-nothing is pickled.
-
-Why damage is repaired rather than reported: the cache is only an accelerator (every vector can be computed
-again from its text), and a damaged vector used silently changes results (NaN vectors in a real run took F1 from
-46 to 13). So every vector read is checked (width, finite, unit length) and one that fails is computed again and
-replaced, with one warning per process; a file that is not a database, is corrupt, or holds another table
-layout is moved aside (``<file>.corrupt-<time>``, kept for a look) with a warning naming it, and a new file is
-started. A busy or locked database is not damage: that error is raised as it is.
-"""
+Damage is repaired, not reported: the cache only saves time, and a damaged vector used silently changes results
+(NaN vectors once took F1 from 46 to 13). Every vector read is checked (width, finite, unit length) and computed
+again if bad; a file that is not the cache's database is moved aside and a new one started (docs/DESIGN.md,
+"Caches"). A busy or locked database is not damage: that error is raised as it is."""
 
 from __future__ import annotations
 
@@ -35,10 +29,6 @@ T = TypeVar("T")
 
 class DamagedStore(Exception):
     """The file is not the cache's database (the message names it); the store sets it aside and starts again."""
-
-
-def _is_damage(exc: sqlite3.Error) -> bool:
-    return (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in _DAMAGE_CODES
 
 
 def valid_vector(vec: np.ndarray, dim: int) -> bool:
@@ -88,7 +78,8 @@ class VectorStore:
                     self._conn = self._open()
                 return work()
             except (sqlite3.DatabaseError, DamagedStore) as exc:
-                if attempt == 2 or (isinstance(exc, sqlite3.Error) and not _is_damage(exc)):
+                code = getattr(exc, "sqlite_errorcode", 0) & 0xFF  # a busy or locked file is not damage
+                if attempt == 2 or (isinstance(exc, sqlite3.Error) and code not in _DAMAGE_CODES):
                     raise
                 self._set_aside(exc)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -115,30 +106,23 @@ class VectorStore:
                     f"SELECT key, vec FROM vectors WHERE model = ? AND key IN ({marks})", [model, *chunk]
                 ).fetchall()
                 for key, blob in rows:
-                    vec = (
-                        np.frombuffer(blob, dtype=np.float32)
-                        if isinstance(blob, bytes) and len(blob) % 4 == 0
-                        else None
-                    )
-                    if vec is not None and valid_vector(vec, self.dim):
+                    whole = isinstance(blob, bytes) and len(blob) % 4 == 0
+                    if whole and valid_vector(vec := np.frombuffer(blob, dtype=np.float32), self.dim):
                         out[key] = vec
                     else:
                         bad += 1
-            self._note_repairs(bad)
+            if bad and not self.repaired:
+                log.warning(
+                    "embedding cache %s: stored vectors that are not %d finite values of unit length; "
+                    "computing them again (further ones are repaired without a warning)",
+                    self.path,
+                    self.dim,
+                )
+            self.repaired += bad
             return out
 
         with self._lock:
             return self._safely(work)
-
-    def _note_repairs(self, bad: int) -> None:
-        if bad and not self.repaired:
-            log.warning(
-                "embedding cache %s: stored vectors that are not %d finite values of unit length; computing "
-                "them again (further ones are repaired without a warning)",
-                self.path,
-                self.dim,
-            )
-        self.repaired += bad
 
     def put_many(self, model: str, items: Iterable[tuple[str, np.ndarray]]) -> None:
         """Store vectors; a key already present is replaced (a vector depends on its text alone, so a concurrent

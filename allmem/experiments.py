@@ -1,10 +1,6 @@
-"""``allmem paper run|list TARGET...``: launch (or list) the experiments a paper table or figure needs.
-
-The launcher sits above the report: it asks ``allmem.report.targets`` (read only) which points of which
-experiments a target needs and which have a complete run, then starts one Hydra multirun (``allmem run -m``) per
-experiment and dataset that is not complete. ``allmem report TARGET`` summarises afterwards; ``make <target>``
-does both.
-"""
+"""``allmem paper run|list TARGET...``: launch (or list) the experiments a paper table or figure needs: one Hydra
+multirun (``allmem run -m``) per experiment and dataset not complete, as ``allmem.report.targets`` (read only)
+finds them. ``allmem report TARGET`` summarises afterwards; ``make <target>`` does both."""
 
 from __future__ import annotations
 
@@ -38,9 +34,7 @@ def run_experiments(
     if not lme:
         print(f"[allmem] {targets.LME_SKIPPED}")
     env = dict(os.environ)
-    if jobs > 1 and not env.get(
-        "OMP_NUM_THREADS"
-    ):  # parallel jobs: one torch thread each unless the user says
+    if jobs > 1 and not env.get("OMP_NUM_THREADS"):  # one torch thread per parallel job, unless set
         env["OMP_NUM_THREADS"] = "1"
     runs: dict[str, Run] | None = None  # complete runs, read again after a multirun made some
     for exp in targets.experiments_of(names):
@@ -58,7 +52,7 @@ def run_experiments(
                 continue
             cmd = [
                 sys.executable, "-m", "allmem.cli", "run", "-m", f"+experiment={exp}",
-                *targets.dataset_overrides(lme)[ds], f"run.root={root}", "hydra/launcher=local",
+                *targets.dataset_overrides(lme, exp)[ds], f"run.root={root}", "hydra/launcher=local",
                 f"hydra.launcher.n_jobs={jobs}", *extra,
             ]  # fmt: skip
             print(

@@ -1,11 +1,5 @@
-"""The fingerprint of the sources that can change a result: the one place it is computed.
-
-Every run records it (``manifest.json`` ``code``, each attempt too), so a table is never silently built from runs
-made by other code: the paper targets refuse a mix unless told (``--allow-mixed-code``; docs/DESIGN.md). The
-caches key what the code computes by parts of it (``allmem.cache_store.code_key``). What counts: the library
-(``allmem/`` but its report package, which reads results and makes none, and the paper launcher), the baselines,
-the dataset loaders, the configs and the prompt templates (``allmem/llm/prompts/*.txt``); documentation does not.
-"""
+"""The fingerprint of the sources that can change a result, the one place it is computed: what counts and who
+checks it are in docs/DESIGN.md, "Which code made a result"."""
 
 from __future__ import annotations
 

@@ -1,16 +1,8 @@
-"""Where datasets and caches live.
-
-A run must find its data the same way on a developer's checkout, in CI (a fresh clone with ``../shared`` beside
-it) and after ``allmem download``: an explicit ``dataset.path`` wins, then ``data/`` inside the repository (what
-``allmem download`` fills), then ``../shared/data`` beside the repository. Results and caches default to folders
-of the repository too (``configs/paths/default.yaml`` uses the ``${allmem.repo:<sub>}`` resolver registered
-here), never to the current directory by accident. Nothing here creates folders or reads the network: callers
-decide when to write.
-
-A non-editable install has no checkout: it carries ``configs/`` and the debug fixtures inside the package
-(``allmem/_configs``, ``allmem/_fixtures``; setup.py), and its results and caches go to ``results/`` and
-``.cache/`` of the current directory (or ``ALLMEM_RESULTS`` / ``ALLMEM_CACHE``).
-"""
+"""Where datasets, results and caches live (docs/DESIGN.md, "Modules"): an explicit ``dataset.path`` wins, then
+``data/`` in the repository (what ``allmem download`` fills), then ``../shared/data`` beside it. Results and caches
+default to folders of the repository (the ``${allmem.repo:<sub>}`` resolver registered here) whatever the current
+directory; a non-editable install ships ``configs/`` and the debug fixtures (``allmem/_configs``,
+``allmem/_fixtures``) and uses the current directory. Nothing here creates folders or reads the network."""
 
 from __future__ import annotations
 
@@ -38,6 +30,8 @@ DATASETS: dict[str, DatasetFiles] = {
         "longmemeval", ("longmemeval_m_cleaned.json", "longmemeval_m.json"), "LongMemEval-M"
     ),
     "longmemeval_oracle": DatasetFiles("longmemeval", ("longmemeval_oracle.json",), "LongMemEval-oracle"),
+    # generated: its data file (seeds and sizes) is benchmarks/synthetic_drift.json, named by its dataset config
+    "synthetic_drift": DatasetFiles("synthetic_drift", ("synthetic_drift.json",), "Synthetic drift corpus"),
 }
 
 
@@ -91,9 +85,7 @@ def cache_dir() -> Path:
     Not created here: the first writer creates it, so importing or asking has no side effect.
     """
     env = os.environ.get("ALLMEM_CACHE")
-    if env:
-        return Path(env).expanduser().resolve()
-    return repo_root() / ".cache"
+    return Path(env).expanduser().resolve() if env else repo_root() / ".cache"
 
 
 def results_dir() -> Path:

@@ -89,6 +89,7 @@ class Question:
     category: int | None = None  # LoCoMo 1..5 (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop, 5 adv.)
     question_type: str | None = None  # LongMemEval question_type
     date: datetime | None = None  # the "current time" of the question (LongMemEval question_date)
+    evidence_turns: tuple[str, ...] = ()  # LongMemEval: the turns marked has_answer (evidence holds sessions)
 
     @property
     def group(self) -> str:
@@ -202,7 +203,7 @@ class RecordError(ValueError):
 # The version of the records a run writes (``Prediction``, ``CallRecord``, system stats, ATC events). Bump it once
 # per change of fields, here, with the change; every attempt's manifest entry records it (``records``), so a
 # reader can tell which fields a run's files hold. docs/DESIGN.md keeps the history.
-RECORD_VERSION = 1
+RECORD_VERSION = 3  # 2: ranked_units, evidence_turns; latency_ms retrieve_search, query_embed; turn_write_ms; 3: ATC edit texts
 
 
 @dataclass(frozen=True)
@@ -259,6 +260,8 @@ class Prediction:
     judge: dict[str, Any] | None = None
     error: str | None = None
     attempt: int = 1
+    ranked_units: tuple[tuple[str, ...], ...] = ()  # the source ids of each of the top units (unit precision)
+    evidence_turns: tuple[str, ...] = ()  # LongMemEval: has_answer turn ids (``evidence`` holds sessions)
 
     @property
     def verdict(self) -> str | None:
@@ -291,6 +294,10 @@ class Prediction:
             out["judge"] = dict(self.judge)
         if self.error is not None:
             out["error"] = self.error
+        if self.ranked_units:
+            out["ranked_units"] = [list(u) for u in self.ranked_units]
+        if self.evidence_turns:
+            out["evidence_turns"] = list(self.evidence_turns)
         return out
 
     @classmethod
@@ -354,6 +361,10 @@ class Prediction:
             judge=dict(judge) if judge is not None else None,
             error=error,
             attempt=_int(raw, "attempt", where, default=1),
+            ranked_units=_units(raw, where),
+            evidence_turns=_ids(raw, "evidence_turns", where)
+            if raw.get("evidence_turns") is not None
+            else (),
         )
 
     def scoring_view(self) -> dict[str, Any]:
@@ -369,10 +380,24 @@ class Prediction:
             "evidence": list(self.evidence),
             "ranked_source_ids": list(self.ranked_source_ids),
             "verdict": self.verdict,
+            "ranked_units": [list(u) for u in self.ranked_units],
+            "evidence_turns": list(self.evidence_turns),
         }
 
 
 VERDICTS = ("yes", "no", "invalid")
+
+
+def _units(raw: Mapping[str, Any], where: str) -> tuple[tuple[str, ...], ...]:
+    """``ranked_units``: a list of lists of source ids (absent in records written before version 2)."""
+    val = raw.get("ranked_units")
+    if val is None:
+        return ()
+    if not isinstance(val, list) or not all(
+        isinstance(u, list) and all(isinstance(i, str) for i in u) for u in val
+    ):
+        raise RecordError(f"{where}: field 'ranked_units' must be a list of lists of ids")
+    return tuple(tuple(u) for u in val)
 
 
 def _text(raw: Mapping[str, Any], key: str, where: str) -> str:

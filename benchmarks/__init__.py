@@ -22,7 +22,10 @@ from benchmarks.errors import DatasetError
 __all__ = ["DatasetError", "fit_split", "load_dataset"]
 
 # Keys of configs/dataset/*.yaml that load_dataset consumes; every other key is passed to the loader.
-_HARNESS_KEYS = ("name", "_target_", "path", "limit_dialogues", "limit_questions", "fit_dialogues")
+_HARNESS_KEYS = (
+    "name", "_target_", "path", "limit_dialogues", "limit_questions", "fit_dialogues",
+    "sample", "sample_seed", "sample_dialogues",  # benchmarks/sampling.py
+)  # fmt: skip
 
 
 def _import(target: str) -> Callable[..., list[Dialogue]]:
@@ -48,9 +51,12 @@ def _limit(cfg: Mapping[str, Any], key: str) -> int | None:
 
 def check_limits(cfg: Any) -> None:
     """Raise ``ConfigError`` naming the key when a ``dataset.limit_*`` value cannot be a count."""
+    from benchmarks import sampling
+
     conf = plain(cfg)
     for key in ("limit_dialogues", "limit_questions"):
         _limit(conf, key)
+    sampling.check(conf)
 
 
 def load_dataset(cfg: Any) -> list[Dialogue]:
@@ -58,7 +64,8 @@ def load_dataset(cfg: Any) -> list[Dialogue]:
 
     Resolves ``path`` (``allmem.paths.resolve_data_path``), calls ``_target_`` with the path and the remaining
     keys (e.g. ``repair_evidence``), then keeps the first ``limit_dialogues`` dialogues and the first
-    ``limit_questions`` questions of each: cheap smoke runs with the real data and the real code path.
+    ``limit_questions`` questions of each: cheap smoke runs with the real data and the real code path. Then the
+    seeded draws of ``sample_dialogues`` dialogues and ``sample`` questions (``benchmarks/sampling.py``).
     """
     conf = plain(cfg)
     missing = [k for k in ("name", "_target_") if not conf.get(k)]
@@ -75,7 +82,9 @@ def load_dataset(cfg: Any) -> list[Dialogue]:
         dialogues = dialogues[:limit_d]
     if limit_q is not None:
         dialogues = [dataclasses.replace(d, questions=d.questions[:limit_q]) for d in dialogues]
-    return dialogues
+    from benchmarks import sampling
+
+    return sampling.apply(dialogues, conf)  # dataset.sample_dialogues, dataset.sample (stratified draws)
 
 
 def fit_split(dataset: str = "locomo") -> tuple[str, ...]:

@@ -3,8 +3,9 @@
 Each LongMemEval question carries its own haystack of ~50 sessions, so every question is its own memory stream:
 ``Dialogue.id == Question.id == question_id``. The benchmark scores retrieval by session
 (``answer_session_ids``), so every turn's ``source_id`` is its session id while ``Turn.id`` stays unique
-(``<session_id>:<turn index>``). Sessions are sorted by their ``haystack_dates`` (the official ``_s`` file is
-already sorted; the oracle file is not), ties kept in file order. Abstention questions (ids ending ``_abs``) load
+(``<session_id>:<turn index>``); the turns marked ``has_answer`` are the question's ``evidence_turns``. Sessions
+are sorted by their ``haystack_dates`` (the official ``_s`` file is already sorted; the oracle file is not), ties
+kept in file order. Abstention questions (ids ending ``_abs``) load
 like any other; scorers recognise them by the id.
 """
 
@@ -142,6 +143,7 @@ def _dialogue(entry: dict[str, Any], where: Where) -> Dialogue:
 
     sessions: list[Session] = []
     order = 0
+    answer_turns: list[str] = []  # has_answer: the turns that hold the evidence (turn-level gold)
     for index, (date, k, sid, turn_dicts) in enumerate(raw):
         where.check(turn_dicts, list, f"haystack_sessions[{k}]")
         turns: list[Turn] = []
@@ -163,6 +165,8 @@ def _dialogue(entry: dict[str, Any], where: Where) -> Dialogue:
                     source_id=sid,
                 )
             )
+            if td.get("has_answer") is True:
+                answer_turns.append(f"{sid}:{j}")
             order += 1
         sessions.append(Session(sid, date, index, tuple(turns)))
 
@@ -178,6 +182,7 @@ def _dialogue(entry: dict[str, Any], where: Where) -> Dialogue:
         evidence=tuple(evidence),
         question_type=where.get(entry, "question_type", str),
         date=_date(where.get(entry, "question_date", str), where, "question_date"),
+        evidence_turns=tuple(answer_turns),
     )
     return Dialogue(qid, tuple(sessions), (question,), ("User", "Assistant"), where.file)
 

@@ -18,10 +18,12 @@ they do not supersede), complements ("I also have a cat"), and coherent multi-se
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
 
-from allmem.types import Dialogue, Session, Turn
+from allmem.types import Dialogue, Question, Session, Turn
 
 Key = tuple[str, str, str, str]  # (speaker, holder, attribute, value)
 
@@ -337,3 +339,136 @@ def edit_is_valid(op: str, members: list[frozenset[Key]]) -> bool:
     if op == "split":
         return len(members[0]) >= 2
     raise ValueError(f"edit_is_valid: unknown op {op!r}")
+
+
+# ---------------------------------------------------------------- harm (Table 8)
+# Harmful = likely to degrade future retrieval (paper, Table 8), decided from the fact keys alone. What is not a
+# fact: phatic turns and filler questions (they state nothing a question can ask about).
+NOT_FACTS = frozenset({"phatic", "filler"})
+
+
+def facts(keys: frozenset[Key]) -> frozenset[Key]:
+    """The keys that state something a question could ask about."""
+    return frozenset(k for k in keys if k[1] not in NOT_FACTS)
+
+
+def _supersedes(cur: frozenset[Key], old: Key) -> bool:
+    """``old`` is a state of the speaker that ``cur`` gives a new value for (a genuine supersession)."""
+    return any(
+        c[:3] == old[:3] and old[1] == "self" and old[2] in STATE_ATTRS and c[3] != old[3] for c in cur
+    )
+
+
+def harm_of(op: str, members: list[frozenset[Key]]) -> str | None:
+    """The harmful pattern of one edit, or None when it takes nothing retrievable away (members as in
+    :func:`edit_is_valid`). An invalid edit over fact-free units (fillers, greetings) is not harmful.
+
+    - Merge: two members hold different facts (``merged different values of one attribute`` when they share the
+      holder and attribute or event: the look-alikes; else ``merged different facts``).
+    - Update: the archived unit holds a fact the current one neither restates nor supersedes (``another holder's
+      state``, ``an earlier event`` (events accumulate), ``a complementary detail`` or ``another attribute``).
+    - Split: the unit holds one fact only (``split a coherent memory``: a several-sentence story or one fact).
+    """
+    if op == "merge":
+        held = [facts(m) for m in members if facts(m)]
+        if len(set(held)) <= 1:
+            return None
+        pairs = [(a, b) for i, x in enumerate(held) for y in held[i + 1 :] for a in x for b in y if a != b]
+        same = any(a[:3] == b[:3] or (a[1] == b[1] == "event" and a[2] == b[2]) for a, b in pairs)
+        return "merged different values of one attribute" if same else "merged different facts"
+    if op == "update":
+        cur, old = members
+        hidden = sorted(o for o in facts(old) if o not in cur and not _supersedes(cur, o))
+        if not hidden:
+            return None
+        o = hidden[0]
+        if o[1].startswith("relative:"):
+            return "archived another holder's state"
+        if o[1] == "event":
+            return "archived an earlier event (events accumulate)"
+        if o[2] in STATE_ATTRS:
+            return "archived another attribute"
+        return "archived a complementary detail"
+    if op == "split":
+        return "split a coherent memory" if len(facts(members[0])) == 1 else None
+    raise ValueError(f"harm_of: unknown op {op!r}")
+
+
+# A question about the current value of each state attribute (Fig. 7's fallback asks the one an Update answers).
+QUESTIONS = {
+    "city": "Where does {s} live?",
+    "job": "What is {s}'s job?",
+    "food": "What is {s}'s favorite food?",
+    "car": "What car does {s} drive?",
+    "sport": "What sport does {s} play?",
+    "gym": "How many times a week does {s} go to the gym?",
+}
+
+
+def question_for(keys: frozenset[Key]) -> tuple[str, str] | None:
+    """(question, gold) about the first of ``keys`` that is a speaker's state (sorted order), or None."""
+    for spk, holder, attr, value in sorted(keys):
+        if holder == "self" and attr in QUESTIONS:
+            return QUESTIONS[attr].format(s=spk), value
+    return None
+
+
+# ---------------------------------------------------------------- the corpus as a dataset (configs/dataset/synthetic_drift.yaml)
+SPEC_KEYS = ("seeds", "n_dialogues", "n_sessions")
+
+
+def questions_of(corpus: DriftCorpus, dialogue: Dialogue) -> tuple[Question, ...]:
+    """One question per speaker and state attribute they stated (``QUESTIONS``), asked after the last session:
+    the gold is the latest value, the evidence the latest turn stating it. ``knowledge-update`` when the value
+    changed in the dialogue (a planted Update), else ``single-fact``."""
+    latest: dict[tuple[str, str], tuple[str, str]] = {}  # (speaker, attribute) -> (turn id, value)
+    changed: set[tuple[str, str]] = set()
+    for t in dialogue.turns():
+        for spk, holder, attr, value in sorted(corpus.keys[dialogue.id][t.id]):
+            if holder == "self" and attr in QUESTIONS:
+                if (spk, attr) in latest and latest[(spk, attr)][1] != value:
+                    changed.add((spk, attr))
+                latest[(spk, attr)] = (t.id, value)
+    when = dialogue.sessions[-1].date + timedelta(days=1)
+    return tuple(
+        Question(f"{dialogue.id}:q{i}", dialogue.id, QUESTIONS[attr].format(s=spk), value, (tid,),
+                 question_type="knowledge-update" if (spk, attr) in changed else "single-fact", date=when)
+        for i, ((spk, attr), (tid, value)) in enumerate(sorted(latest.items()))
+    )  # fmt: skip
+
+
+def read_spec(path: str | Path) -> dict[str, Any]:
+    """The corpus's data file: a JSON object ``{"seeds": [...], "n_dialogues": N, "n_sessions": N}``."""
+    import json
+
+    from benchmarks.errors import DatasetError
+
+    p = Path(path)
+    try:
+        spec = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise DatasetError(str(p), f"not a readable JSON file ({exc})") from None
+    if not isinstance(spec, dict) or sorted(spec) != sorted(SPEC_KEYS):
+        raise DatasetError(str(p), f"must be a JSON object with exactly the keys {', '.join(SPEC_KEYS)}")
+    seeds = spec["seeds"]
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
+        raise DatasetError(str(p), "must be a non-empty list of seeds (integers >= 0)", field="seeds")
+    for key in ("n_dialogues", "n_sessions"):
+        if (
+            not isinstance(spec[key], int)
+            or isinstance(spec[key], bool)
+            or spec[key] < (1 if key == "n_dialogues" else 3)
+        ):
+            raise DatasetError(str(p), "must be an integer (dialogues >= 1, sessions >= 3)", field=key)
+    return spec
+
+
+def load_drift(path: str | Path) -> list[Dialogue]:
+    """The loader of ``configs/dataset/synthetic_drift.yaml``: every seed's dialogues (``make_corpus``), each with
+    ``questions_of``. The data file holds the seeds and sizes; the dialogues follow from them and this module."""
+    spec = read_spec(path)
+    out: list[Dialogue] = []
+    for seed in spec["seeds"]:
+        corpus = make_corpus(seed, spec["n_dialogues"], spec["n_sessions"])
+        out += [replace(d, questions=questions_of(corpus, d), source=str(path)) for d in corpus.dialogues]
+    return out

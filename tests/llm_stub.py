@@ -4,7 +4,9 @@ Speaks ``POST /v1/chat/completions``. By default it answers every allmem templat
 the prompt's wording: descriptor JSON, answer JSON, ATC JSON, judge verdicts in each protocol's format. Tests
 script it with ``stub.script(...)`` (a queue of replies used before the defaults: an HTTP status to fail with,
 or a literal content string) and ``stub.verdict`` (the judge's decision rule). It counts requests and keeps their
-bodies and headers so tests can check the request shape.
+bodies, headers and arrival times so tests can check the request shape and the request rate (``per_second``).
+``delay_s`` makes every reply wait that long (a model's latency, for throughput benchmarks); ``max_in_flight`` is
+the most requests it was answering at once.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ class Recorded:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    at: float = 0.0  # time.monotonic() on arrival
 
 
 def default_verdict(question: str, gold: str, response: str) -> bool:
@@ -32,6 +35,18 @@ def default_verdict(question: str, gold: str, response: str) -> bool:
     words = re.findall(r"[a-z0-9]+", gold.lower())
     have = set(re.findall(r"[a-z0-9]+", response.lower()))
     return bool(words) and all(w in have for w in words)
+
+
+def graded_verdict(question: str, gold: str, response: str, verdict=default_verdict) -> str:
+    """The graded judge's rule: correct by ``verdict``; abstain when the response says "not mentioned" or "don't
+    know"; partial when it shares a word with the gold; else wrong."""
+    if verdict(question, gold, response):
+        return "correct"
+    low = response.lower()
+    if "not mentioned" in low or "don't know" in low:
+        return "abstain"
+    shared = set(re.findall(r"[a-z0-9]+", gold.lower())) & set(re.findall(r"[a-z0-9]+", low))
+    return "partial" if shared else "wrong"
 
 
 def usage_for(prompt: str, content: str) -> dict[str, int]:
@@ -45,6 +60,9 @@ class StubLLM:
     """Server state. ``requests`` lists every request received (including failed ones)."""
 
     verdict: Callable[[str, str, str], bool] = default_verdict
+    delay_s: float = 0.0
+    max_in_flight: int = 0
+    _in_flight: int = 0
     requests: list[Recorded] = field(default_factory=list)
     _queue: deque[tuple[str, Any]] = field(default_factory=deque)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -59,6 +77,12 @@ class StubLLM:
     def base_url(self) -> str:
         assert self._server is not None
         return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def per_second(self, since: float) -> list[int]:
+        """Requests received in each whole second after ``since`` (a ``time.monotonic()`` value)."""
+        with self._lock:
+            seconds = [int(r.at - since) for r in self.requests if r.at >= since]
+        return [seconds.count(i) for i in range(max(seconds, default=-1) + 1)]
 
     def script(self, *items: tuple[str, Any]) -> None:
         """Queue replies: ("status", 429) | ("status", 500) | ("content", "raw text") | ("delay", seconds) |
@@ -77,12 +101,21 @@ class StubLLM:
                 pass
 
             def do_POST(self) -> None:  # noqa: N802 - http.server naming
+                with stub._lock:
+                    stub._in_flight += 1
+                    stub.max_in_flight = max(stub.max_in_flight, stub._in_flight)
+                try:
+                    self._answer()
+                finally:
+                    with stub._lock:
+                        stub._in_flight -= 1
+
+            def _answer(self) -> None:
                 length = int(self.headers.get("content-length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
+                headers = {k.lower(): v for k, v in self.headers.items()}
                 with stub._lock:
-                    stub.requests.append(
-                        Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
-                    )
+                    stub.requests.append(Recorded(self.path, headers, body, time.monotonic()))
                     action = stub._queue.popleft() if stub._queue else None
                 if self.path.rstrip("/") != "/v1/chat/completions":
                     return self._send(
@@ -107,6 +140,8 @@ class StubLLM:
                         {"retry-after": "0"},
                     )
                 prompt = "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
+                if stub.delay_s:
+                    time.sleep(stub.delay_s)
                 if action is not None and action[0] == "choices":
                     return self._send(200, self._completion(body, prompt, "", action[1]))
                 content = action[1] if action is not None else stub.reply(prompt)
@@ -172,6 +207,9 @@ class StubLLM:
     # ------------------------------------------------------------------ default replies per template
 
     def reply(self, prompt: str) -> str:
+        if "[[correct]], [[partial]], [[wrong]] or [[abstain]]" in prompt:
+            q, gold, resp = _judge_fields(prompt, "Correct answer", "Model response")
+            return f"Stub reasoning. [[{graded_verdict(q, gold, resp, self.verdict)}]]"
         if "end your reply with exactly [[yes]] or [[no]]" in prompt:
             q, gold, resp = _judge_fields(prompt, r"(?:Correct answer|Rubric|Explanation)", "Model response")
             return "Stub reasoning. [[yes]]" if self.verdict(q, gold, resp) else "Stub reasoning. [[no]]"

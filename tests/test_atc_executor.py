@@ -143,6 +143,29 @@ def test_update_executes_and_refreshes_the_descriptor(tmp_path) -> None:
     assert len(bank) == len(TEXTS)
 
 
+def test_an_executed_edit_line_holds_its_units_before_and_after(tmp_path) -> None:
+    """Records version 2: the line alone shows what Update changed (Table 8 and Fig. 7 read only it)."""
+    bank = make_bank()
+    old_summary = bank.get("u000004").summary
+    plan = {"summary": "Ann moved to Denver and no longer lives in Boston.", "keywords": ["Denver"]}
+    (event,), _ = run_atc(bank, UPDATE, {"plan_update": [plan]}, tmp_path)
+    before, after = {u["id"]: u for u in event["before"]}, {u["id"]: u for u in event["after"]}
+    assert list(before) == list(after) == ["u000004", "u000003"]
+    assert before["u000004"]["summary"] == old_summary and after["u000004"]["summary"] == plan["summary"]
+    assert after["u000004"]["keywords"] == ["Denver"]
+    assert before["u000003"]["visible"] and not after["u000003"]["visible"] and after["u000004"]["visible"]
+    assert [r["text"] for r in after["u000003"]["evidence"]] == [TEXTS[3]]
+    assert after["u000003"]["evidence"][0]["source_ids"] == ["D1:4"]
+    assert after["u000004"]["date"] == bank.get("u000004").timestamp.isoformat()
+    assert event["links"] == [["version", "u000004", "u000003"]]
+
+
+def test_a_skipped_edit_line_holds_no_units(tmp_path) -> None:
+    bank = make_bank()
+    (event,), _ = run_atc(bank, UPDATE, {"plan_update": [{"decline": True, "reason": "no"}]}, tmp_path)
+    assert event["state"] != "executed" and "before" not in event and "after" not in event
+
+
 # ---------------------------------------------------------------- fail-closed
 
 

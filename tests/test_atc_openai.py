@@ -20,13 +20,13 @@ def test_consolidation_over_the_openai_backend(stub: StubLLM, tmp_path, monkeypa
     monkeypatch.setenv("ALLMEM_TEST_KEY", KEY)
     llm = build_llm(
         {"_target_": "allmem.llm.openai_backend.OpenAIBackend", "backend": "openai", "model": "gpt-4o-mini", "base_url": stub.base_url, "api_key_env": "ALLMEM_TEST_KEY",
-         "max_retries": 1, "cache": {"enabled": False}},
+         "max_retries": 1, "max_concurrency": 1, "cache": {"enabled": False}},
         run_dir=tmp_path,
     )  # fmt: skip
     none = ("content", json.dumps({"proposals": []}))
     merge = {"op": "Merge", "target": ["u000002", "u000001"], "p": 0.93, "reason": "same car, restated"}
     plan = {"summary": "Ann drives a Honda Civic.", "keywords": ["Honda Civic"], "decline": False}
-    # workers=1: the five diagnosis requests arrive in buffer order, then the merge plan
+    # workers=1 and max_concurrency=1: the five diagnosis requests arrive in buffer order, then the merge plan
     stub.script(
         none, none, ("content", json.dumps({"proposals": [merge]})), none, none, ("content", json.dumps(plan))
     )

@@ -31,6 +31,7 @@ GENERATED = (
     "results/debug",
     "results/.hydra",
     "results/tables/per_question.parquet",  # written by every summarise step, holds LoCoMo's text: not committed
+    "results/audit",  # Table 8's sheets and drift-corpus runs (make table8): LoCoMo text, not committed
     ".cache",
     "configs/local",
 )

@@ -94,7 +94,10 @@ def test_an_endpoint_that_hangs_on_chat_calls_trips_the_breaker(tmp_path):
         t0 = time.monotonic()
         res = allmem_run(
             tmp_path,
-            *_openai(url, "llm.timeout_s=0.3", "llm.max_retries=1", "llm.breaker_after=2"),
+            # one question at a time: the first question's failed call is the first the breaker counts
+            *_openai(
+                url, "llm.timeout_s=0.3", "llm.max_retries=1", "llm.breaker_after=2", "llm.max_concurrency=1"
+            ),
             environ=_keyed(),
         )
         elapsed = time.monotonic() - t0

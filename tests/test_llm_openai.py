@@ -11,7 +11,7 @@ from allmem.llm.prompts import build_request
 from allmem.llm.roles import RoleFailure
 from allmem.memory.atc.roles import diagnose, plan_merge
 from allmem.memory.descriptor import Descriptor, describe
-from allmem.metrics.judge import judge_record, judge_records
+from allmem.metrics.judge import judge_record
 from allmem.run.files import read_jsonl
 from tests.llm_stub import StubLLM, usage_for
 
@@ -226,20 +226,20 @@ def test_invalid_allmem_reply_and_majority_vote(stub: StubLLM, tmp_path: Path) -
     assert tie["verdict"] == "invalid" and tie["agreement"] == 0.0
 
 
-def test_judge_records_keeps_order_and_offline_cannot_judge(stub: StubLLM, tmp_path: Path) -> None:
+def test_judge_record_verdicts_and_offline_cannot_judge(stub: StubLLM, tmp_path: Path) -> None:
     llm = make(stub, tmp_path)
     recs = [
         RECORD | {"question_id": f"q{i}", "prediction": p}
         for i, p in enumerate(["support group", "gym", "group"])
     ]
-    verdicts = [j["verdict"] for j in judge_records(llm, recs, "allmem")]
+    verdicts = [judge_record(llm, r, "allmem")["verdict"] for r in recs]
     assert verdicts == ["yes", "no", "no"]
     offline = build_llm(
         {"_target_": "allmem.llm.offline.OfflineBackend", "backend": "offline", "cache": {"enabled": False}},
         cache_dir=tmp_path,
     )
     assert judge_record(offline, RECORD, "allmem") is None
-    assert "offline" in offline.judge_unavailable_reason()
+    assert not offline.can_judge
 
 
 def test_merge_planner_round_trip(stub: StubLLM, tmp_path: Path) -> None:

@@ -75,6 +75,18 @@ def test_table2_cost_by_hand(table1_root, tmp_path):
     assert t3.loc["diagnosis", "events"] == 4 * 5
 
 
+def test_retrieval_table_by_hand(table1_root, tmp_path):
+    summarise(["retrieval"], table1_root, tmp_path)
+    frame = pd.read_csv(tmp_path / "tables" / "retrieval.csv")
+    mean = frame.set_index(["label", "metric"])["mean"]
+    # one gold turn per question, ranked first when the answer is right: bm25 right on 4 of 8, All-Mem on all
+    assert mean[("bm25", "turn_recall@5")] == 50.0 and mean[("allmem", "turn_recall@5")] == 100.0
+    assert mean[("bm25", "session_any@1")] == 50.0  # D1:i and D9:9 are in different sessions
+    text = (tmp_path / "tables" / "retrieval.md").read_text()
+    assert "| allmem | 100.00 | 100.00 | 100.00 | 100.00 |" in text and "unit P@5" in text
+    assert "| n/a | 8 |" in text  # these records predate ranked units: unit precision unknown, never 0
+
+
 @pytest.mark.slow
 def test_figures_and_parquet(tmp_path):
     root = tmp_path / "runs"
@@ -97,8 +109,10 @@ def test_figures_and_parquet(tmp_path):
 
 def test_targets_registry_expands_groups_and_orders_experiments():
     assert expand(["paper"]) == [
-        "table1", "table2", "table3", "table4", "ablations_hybrid", "fig3", "fig4", "fig5", "fig6"
+        "table1", "table2", "retrieval", "table3", "table4", "ablations_hybrid", "fig3", "fig4", "fig5", "fig6",
+        "table5", "table8", "fig7",
     ]  # fmt: skip
+    assert experiments_of(["table8", "fig7"]) == ["atc_audit"] and experiments_of(["table5"]) == []
     assert expand(["ablations"]) == ["table4"]
     assert experiments_of(["fig3"]) == ["table1", "fig3", "fig3_anchors"]
     assert experiments_of(["table1"]) == ["table1", "stage1_bm25", "stage1_hybrid"]

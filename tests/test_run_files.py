@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 OWNER = REPO / "allmem" / "run" / "files.py"
 NAMES = (
     "CONFIG", "PREDICTIONS", "CALLS", "SYSTEM_STATS", "METRICS", "MANIFEST", "EVENTS", "LOCK", "DONE", "PARTS",
-    "MERGING", "SHARDS", "SHARD_INFO",
+    "MERGING", "SHARDS", "SHARD_INFO", "PACING", "JUDGES", "JUDGE_INFO", "VERDICTS",
 )  # fmt: skip
 
 

@@ -96,6 +96,7 @@ def test_a_signal_mid_run_ends_in_one_line_and_an_interrupted_attempt(tmp_path, 
     args = [
         "method=bm25", f"dataset.path={TINY}", "run.name=r", "llm=openai", f"llm.base_url={stub.base_url}",
         "llm.api_key_env=FAULTS_KEY", "llm.rpm=null", "llm.tpm=null", "llm.timeout_s=60",
+        "llm.max_concurrency=1",  # one question at a time: the hanging call is the only request
     ]  # fmt: skip
     keyed = env(FAULTS_KEY="sk-lifecycle")
     run_dir = tmp_path / "runs" / "r"

@@ -26,7 +26,7 @@ from allmem.llm.cache import ResponseCache
 from allmem.llm.client import LLM, CircuitOpen
 from allmem.llm.ledger import Ledger
 from allmem.llm.prompts import build_request
-from allmem.run.files import CALLS, plain
+from allmem.run.files import CALLS, PACING, plain
 
 __all__ = [
     "LLM",
@@ -49,6 +49,9 @@ __all__ = [
 # names (``configs/llm/*.yaml``), so a backend added later declares its settings by its constructor alone.
 CLIENT_KEYS = frozenset({"_target_", "backend", "temperature", "max_concurrency", "breaker_after", "cache", "judge",
                          "dry_run", "prices"})  # fmt: skip
+# Backend arguments build_llm supplies, never the config: ``pacing_file``, the run directory's shared rpm / tpm
+# windows (``allmem.llm.limiter``), so the limits hold for the whole run across its processes.
+SERVICES = frozenset({"pacing_file"})
 # Positive numbers (None allowed where the value means "unlimited"); checked before a run directory exists.
 _POSITIVE = {"timeout_s": False, "connect_timeout_s": False, "try_timeout_s": False, "call_timeout_s": False,
              "max_concurrency": False, "rpm": True, "tpm": True}  # fmt: skip
@@ -82,15 +85,16 @@ def build_llm(
     """The ``LLM`` described by the ``llm`` config group.
 
     ``run_dir``: the ledger goes to ``<run_dir>/calls.jsonl`` (none when None; nothing is written before the
-    first call). ``cache_dir``: folder for the response cache when ``cache.path`` is empty or relative
-    (default: ``allmem.paths.cache_dir()``).
+    first call), and ``llm.rpm`` / ``llm.tpm`` are shared by every process given the same ``run_dir``.
+    ``cache_dir``: folder for the response cache when ``cache.path`` is empty or relative (default:
+    ``allmem.paths.cache_dir()``).
     Errors name the config field (``llm.<field>``).
     """
     cfg = plain(cfg_llm)
     validate_llm_config(cfg)
     factory = _backend_class(cfg)
     params = {n: p for n, p in inspect.signature(factory).parameters.items() if n != "self"}
-    unknown = sorted(k for k in cfg if k not in CLIENT_KEYS and k not in params)
+    unknown = sorted(k for k in cfg if k not in CLIENT_KEYS and (k not in params or k in SERVICES))
     if unknown:
         raise LLMError(
             f"llm config: unknown field(s) {', '.join('llm.' + k for k in unknown)}; "
@@ -99,15 +103,14 @@ def build_llm(
     missing = [n for n, p in params.items() if p.default is inspect.Parameter.empty and n not in cfg]
     if missing:
         raise LLMError(f"llm.{missing[0]}: required for backend {cfg.get('backend') or cfg['_target_']}")
-    backend = factory(**{k: v for k, v in cfg.items() if k in params})
-    judge = dict(cfg.get("judge") or {})
-    cache_cfg = dict(cfg.get("cache") or {})
-
-    cache = ResponseCache(
-        _cache_path(cache_cfg.get("path"), cache_dir), enabled=bool(cache_cfg.get("enabled", True))
+    services = {"pacing_file": Path(run_dir) / PACING if run_dir is not None else None}
+    backend = factory(
+        **{k: v for k, v in cfg.items() if k in params}, **{k: v for k, v in services.items() if k in params}
     )
+    judge = dict(cfg.get("judge") or {})
+    enabled = bool((cfg.get("cache") or {}).get("enabled", True))
+    cache = ResponseCache(cache_path(cfg, cache_dir), enabled=enabled)
     ledger = Ledger(Path(run_dir) / CALLS if run_dir is not None else None, attempt=attempt)
-    info = {"base_url": cfg.get("base_url"), "api_key_env": cfg.get("api_key_env")}
     return LLM(
         backend,
         cache=cache,
@@ -119,7 +122,7 @@ def build_llm(
         judge_votes=int(judge.get("n_votes", 1)),
         max_concurrency=int(cfg.get("max_concurrency", 4)),
         dry_run=bool(cfg.get("dry_run", False)),
-        info={k: v for k, v in info.items() if v},
+        info={k: cfg[k] for k in ("base_url", "api_key_env") if cfg.get(k)},
         breaker_after=int(cfg.get("breaker_after", 3)),
     )
 
@@ -137,13 +140,8 @@ def _backend_class(cfg: Mapping[str, Any]) -> Any:
 
 
 def cache_path(cfg_llm: Any, cache_dir: str | Path | None = None) -> Path:
-    """Where the response cache of this ``llm`` config lives (what ``build_llm`` opens)."""
-    return _cache_path(dict(plain(cfg_llm).get("cache") or {}).get("path"), cache_dir)
-
-
-def _cache_path(path: Any, cache_dir: str | Path | None) -> Path:
-    """``cache.path`` if absolute; else relative to ``cache_dir`` (default ``<project cache>/llm``)."""
-    if cache_dir is None:
-        cache_dir = paths.cache_dir() / "llm"
+    """Where the response cache of this ``llm`` config lives (what ``build_llm`` opens): ``cache.path`` if
+    absolute, else relative to ``cache_dir`` (default ``<project cache>/llm``)."""
+    path = dict(plain(cfg_llm).get("cache") or {}).get("path")
     p = Path(str(path)) if path else Path("responses.sqlite")
-    return p if p.is_absolute() else Path(cache_dir) / p
+    return p if p.is_absolute() else Path(paths.cache_dir() / "llm" if cache_dir is None else cache_dir) / p

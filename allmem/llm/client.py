@@ -2,21 +2,14 @@
 
 For each request it computes the cache key (also the ledger's prompt hash), serves a hit or calls the backend,
 parses the reply against the template's schema into data or a typed ``ParseFailure``, and books the call in the
-ledger with its phase. A transport failure after the backend's bounded retries becomes a failed ``ChatResult``
-(booked with ok=false and its ``error``), never an exception: one bad request must not kill a run, and the
-runner records the question it served as failed (asked again on the next run). A run of ``breaker_after``
-consecutive transport failures opens the circuit breaker: that call and every later one raise ``CircuitOpen``,
-so a dead endpoint stops the run in a few calls instead of failing every question slowly. Configuration errors
-(missing key, bad URL) and replay misses raise too: continuing would only produce a wrong run.
-
-Dry run (``dry_run=True``): no model is called. Roles that have an offline implementation are computed with it
-so the pipeline proceeds as it would; the ledger books the real model name with the token count of the
-rendered prompt and of the offline reply (or the template's ``est_tokens_out`` where there is no offline role),
-flagged ``estimated``. Summing the ledger then estimates the whole run's tokens and, priced, its cost.
+ledger. A transport failure after the backend's retries is a failed ``ChatResult``, never an exception, until
+``breaker_after`` consecutive ones open the circuit (``CircuitOpen``); configuration errors and replay misses
+raise. Failed calls, the breaker and dry runs: ``allmem/llm/README.md``.
 """
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from collections.abc import Sequence
@@ -29,6 +22,12 @@ from allmem.llm.ledger import Ledger
 from allmem.llm.prompts import load_template, parse_reply
 from allmem.tokens import count_tokens
 from allmem.types import CallRecord
+
+
+def pool_size(llm: Any, workers: int = 1) -> int:
+    """Threads for a pool whose tasks call ``llm``: ``workers``, raised to the client's ``max_concurrency`` so that
+    many calls can be in flight (the backend caps what is in flight at ``llm.max_concurrency`` per process)."""
+    return max(1, int(workers), int(getattr(llm, "max_concurrency", 1) or 1))
 
 
 class CircuitOpen(LLMError):
@@ -115,15 +114,6 @@ class LLM:
     def can_judge(self) -> bool:
         """Whether judge prompts can be answered here (never offline, never in a dry run)."""
         return bool(self.backend.can_judge) and not self.dry_run
-
-    def judge_unavailable_reason(self) -> str | None:
-        if self.dry_run:
-            return "dry run: no model was called"
-        if not self.backend.can_judge:
-            return (
-                f"backend {self.backend.name} cannot judge (4o-J needs an LLM: use llm=openai or llm=replay)"
-            )
-        return None
 
     def describe(self) -> dict[str, Any]:
         """Safe description for manifests: backend, models, base URL, the key's variable NAME (never its value)."""
@@ -236,11 +226,13 @@ class LLM:
             raise CircuitOpen(message)
 
     def chat_many(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
-        """Results in request order, computed with up to ``max_concurrency`` threads."""
+        """Results in request order, computed with up to ``max_concurrency`` threads. Each runs in a copy of the
+        caller's context, so the calls are booked under the caller's ``Ledger.local_scope``."""
         if len(requests) <= 1 or self.max_concurrency == 1:
             return [self.chat(r) for r in requests]
         with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(requests))) as pool:
-            return list(pool.map(self.chat, requests))
+            futures = [pool.submit(contextvars.copy_context().run, self.chat, r) for r in requests]
+            return [f.result() for f in futures]
 
     def _finish(
         self,
@@ -291,6 +283,8 @@ class LLM:
         )
 
     def _dry_run(self, req: ChatRequest, model: str, key: str) -> ChatResult:
+        """No model called: the offline role's reply where there is one; booked under the real model with the
+        tokens of the prompt and of that reply (else the template's ``est_tokens_out``), flagged ``estimated``."""
         t0 = time.perf_counter()
         tokens_in = count_tokens(req.prompt_text)
         text, data, failure, error = "", None, None, "dry run: no model was called"

@@ -2,14 +2,18 @@
 
 Each line says what the call served: the runner opens a ``scope`` (dialogue id, question id, attempt) around each
 dialogue's ingestion and each question, and every call booked inside it carries those ids, so a prediction joins
-its prompts by question id and the answer's prompt hash. The scope is ledger state, not a ``ContextVar``:
-consolidation and batched writes call the LLM from worker threads, which a context variable would not reach.
+its prompts by question id and the answer's prompt hash. The dialogue's scope is ledger state, not a
+``ContextVar``: consolidation and batched writes call the LLM from worker threads, which a context variable would
+not reach. Questions answered concurrently (``allmem.run.questions``) each open a ``local_scope`` instead: a
+``ContextVar`` over the shared scope, seen by the thread that opened it and by the threads ``LLM.chat_many`` starts
+from it (they run in a copy of its context), which also counts the calls that failed inside it.
 Prices are not applied here at call time: they change, and a run directory should stay re-priceable. Reports
 call ``price_calls`` with a prices table (``configs/llm/prices.yaml``) at report time.
 """
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import threading
 from collections import defaultdict
@@ -30,6 +34,21 @@ _FIELDS = (
     "spent_tokens_in",
     "spent_tokens_out",
     "latency_ms",
+)
+
+
+@dataclasses.dataclass
+class LocalScope:
+    """The ids of one ``Ledger.local_scope`` and what failed inside it (calls with no reply after retries)."""
+
+    ledger: Ledger
+    ids: dict[str, Any]
+    failed: dict[str, int] = dataclasses.field(default_factory=dict)
+    last_error: str | None = None
+
+
+_LOCAL: contextvars.ContextVar[LocalScope | None] = contextvars.ContextVar(
+    "allmem_ledger_scope", default=None
 )
 
 
@@ -57,16 +76,33 @@ class Ledger:
             with self._lock:
                 self._scope = before
 
+    @contextmanager
+    def local_scope(self, **ids: Any) -> Iterator[LocalScope]:
+        """Book the calls of this thread (and of the ``chat_many`` threads it starts) inside the block with these
+        ids over the shared scope; other threads are not affected. The scope yielded counts its failed calls."""
+        local = LocalScope(self, dict(ids))
+        token = _LOCAL.set(local)
+        try:
+            yield local
+        finally:
+            _LOCAL.reset(token)
+
     def record(self, rec: CallRecord, **extra: Any) -> None:
         """Book one call. ``extra`` (template, estimated, ...) goes into the JSON line only."""
+        local = _LOCAL.get()
+        local = local if local is not None and local.ledger is self else None
         with self._lock:
+            scope = self._scope | local.ids if local is not None else self._scope
             rec = dataclasses.replace(
-                rec, **{k: v for k, v in self._scope.items() if getattr(rec, k, None) is None}
+                rec, **{k: v for k, v in scope.items() if getattr(rec, k, None) is None}
             )
             _add(self._totals[rec.phase], rec)
             if rec.error is not None:
                 self._failed[rec.phase] += 1
                 self.last_error = rec.error
+                if local is not None:
+                    local.failed[rec.phase] = local.failed.get(rec.phase, 0) + 1
+                    local.last_error = rec.error
             line = dataclasses.asdict(rec) | extra
             if self._tap is not None:
                 self._tap.append(line)

@@ -1,20 +1,10 @@
 """The ``openai`` backend: the official client against any OpenAI-compatible ``base_url``.
 
-Why our own retry loop (the client's ``max_retries`` is set to 0): the retry policy is part of the method's
-cost accounting and must be bounded, observable (retries are counted in the ledger) and testable; it backs off
-exponentially with full jitter on 429, 5xx, timeouts and connection errors, honouring ``Retry-After`` up to
-the cap, and logs one warning per retry (a slow or dead endpoint is never silent). Connecting and reading have
-separate timeouts: a dead endpoint fails within ``connect_timeout_s``, a slow model gets ``timeout_s`` to answer.
-Those bound each socket read only, so a proxy trickling a byte a second would hold a call for ever: each HTTP try
-also has a wall-clock limit (``try_timeout_s``, checked as the body arrives) and each call a total limit
-(``call_timeout_s``, tries and backoff waits together; time spent waiting for the rate limiter is not counted).
-The reply is read and checked here, not by the client's parser: a 200 without a usable answer (no choices, null
-or empty content as Azure's content filter sends, an empty or non-JSON body, an HTML gateway page, text that is
-not valid Unicode) is a failed try, retried like a 5xx (a content-filter refusal is not retried: it would refuse
-again), so it is never cached and never becomes an empty answer.
-The HTTP client ignores proxy environment variables and redirects, so requests go only to the
-configured base URL. The API key is read from the environment variable named in the config, kept only in the
-client object, and scrubbed from every error message this module raises.
+It runs its own retry loop (the client's ``max_retries`` is 0) so that retries are bounded, counted in the ledger,
+logged one warning each and testable. Its timeouts and wall-clock limits, and which 200s are failed tries, are in
+``allmem/llm/README.md``. The HTTP client ignores proxy variables and redirects, so requests go only to the
+configured base URL; the API key is read from the variable the config names, kept only in the client object, and
+scrubbed from every error message this module raises.
 """
 
 from __future__ import annotations
@@ -28,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from pathlib import Path
 from typing import Any
 
 from allmem.llm.base import BackendReply, ChatRequest, LLMError, TransportError
@@ -67,6 +58,7 @@ class OpenAIBackend:
         rpm: int | None = None,
         tpm: int | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        pacing_file: str | Path | None = None,
     ) -> None:
         if not base_url:
             raise LLMError("llm.base_url: required for backend openai (e.g. https://api.openai.com/v1)")
@@ -88,7 +80,8 @@ class OpenAIBackend:
         self.call_timeout_s = float(call_timeout_s)
         self.backoff_base_s = float(backoff_base_s)
         self.backoff_max_s = float(backoff_max_s)
-        self.limiter = RateLimiter(rpm=rpm, tpm=tpm, max_concurrency=max_concurrency)
+        # rpm / tpm per run: ``build_llm`` names the run directory's pacing file, shared by all its processes
+        self.limiter = RateLimiter(rpm=rpm, tpm=tpm, max_concurrency=max_concurrency, shared=pacing_file)
         self._sleep = sleep
         self._client: Any = None
         self._key: str | None = None

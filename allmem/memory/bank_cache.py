@@ -41,7 +41,7 @@ from allmem.memory.persist import load_bank
 from allmem.memory.units import BankError
 from allmem.run.files import CALLS, EVENTS, dump_line, read_jsonl
 
-FORMAT = 2  # 2: the ingestion calls are kept (calls.jsonl), not only their totals
+FORMAT = 3  # 2: the ingestion calls are kept (calls.jsonl); 3: executed edits' ATC lines hold their units
 ENTRY = "entry.json"
 BANK = "bank"
 

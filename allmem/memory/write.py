@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from allmem.llm.client import pool_size
 from allmem.memory.bank import MemoryBank
 from allmem.memory.units import EMBED_FORMATS, descriptor_text
 from allmem.threads import single_thread_blas
@@ -42,7 +43,7 @@ class WriteConfig:
     sem_per_insert: int
     batch_turns: int
     embed_format: str  # the descriptor layout z is computed from (allmem.memory.units.descriptor_text)
-    describe_workers: int  # parallel descriptor calls within a batch (results are kept in stream order)
+    describe_workers: int  # descriptor calls in parallel (at least llm.max_concurrency), kept in stream order
 
     def __post_init__(self) -> None:
         if self.embed_format not in EMBED_FORMATS:
@@ -133,8 +134,9 @@ class OnlineWriter:
         return ids
 
     def _describe_all(self, batch: list[list[dict[str, Any]]]) -> list[tuple[str, tuple[str, ...]]]:
-        if self.cfg.describe_workers > 1 and len(batch) > 1:
-            with ThreadPoolExecutor(self.cfg.describe_workers) as pool:
+        workers = min(pool_size(self.llm, self.cfg.describe_workers), len(batch))
+        if workers > 1:
+            with ThreadPoolExecutor(workers) as pool:
                 results = list(pool.map(lambda recs: self.describe(self.llm, recs), batch))
         else:
             results = [self.describe(self.llm, recs) for recs in batch]

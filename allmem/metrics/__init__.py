@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from allmem.metrics.aggregate import summarise
+from allmem.metrics.errata import errata_block
 from allmem.metrics.protocols import (
     PROTOCOLS,
     Protocol,
@@ -65,12 +66,17 @@ def _validate_all(records: Sequence[Any], places: Sequence[str]) -> list[dict[st
 
 
 def score_records(
-    records: Sequence[Mapping[str, Any]], protocol: str | Protocol = "allmem"
+    records: Sequence[Mapping[str, Any]], protocol: str | Protocol = "allmem", dataset: str | None = None
 ) -> dict[str, Any]:
-    """The summary for prediction records (dicts with the ``predictions.jsonl`` fields); JSON-serialisable."""
+    """The summary for prediction records (dicts with the ``predictions.jsonl`` fields); JSON-serialisable.
+    With ``dataset`` named and an errata file for it (``allmem.metrics.errata``), also ``errata``: the same
+    summary with the answer-key errata applied, and which questions they changed."""
     proto = as_protocol(protocol)
     valid = _validate_all(records, [f"record {i}" for i in range(len(records))])
-    return summarise(valid, proto)
+    out = summarise(valid, proto)
+    if dataset is not None and (block := errata_block(valid, proto, dataset)) is not None:
+        out["errata"] = block
+    return out
 
 
 def item_scores(
@@ -90,10 +96,21 @@ def load_predictions(path: str | Path) -> list[dict[str, Any]]:
     return _validate_all(raws, places)
 
 
-def score_file(path: str | Path, protocol: str | Protocol = "allmem") -> dict[str, Any]:
+def score_file(
+    path: str | Path, protocol: str | Protocol = "allmem", dataset: str | None = None
+) -> dict[str, Any]:
     """``score_records`` over a predictions JSONL file."""
     proto = as_protocol(protocol)
-    return score_records(load_predictions(path), proto)
+    return score_records(load_predictions(path), proto, dataset)
+
+
+def dataset_for(path: Path) -> str | None:
+    """The dataset name in the run's ``config.yaml`` beside ``path`` (None without one): it picks the errata."""
+    cfg_path = (path if path.is_dir() else path.parent) / CONFIG
+    if not cfg_path.is_file():
+        return None
+    name = (read_config_data(cfg_path.parent).get("dataset") or {}).get("name")
+    return str(name) if name else None
 
 
 def protocol_for(path: Path, name: str | None, ks: str | None, table_k: int | None) -> Protocol:
@@ -129,7 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     file = args.path / PREDICTIONS if args.path.is_dir() else args.path
     try:
-        result = score_file(file, protocol_for(args.path, args.protocol, args.ks, args.table_k))
+        proto = protocol_for(args.path, args.protocol, args.ks, args.table_k)
+        result = score_file(file, proto, dataset_for(args.path))
     except (OSError, ValueError) as exc:
         print(f"allmem score: error: {exc}", file=sys.stderr)
         return 2

@@ -104,6 +104,12 @@ class LLMGenerator:
         self.max_tokens = max_tokens
         self._extractive: Any = None
 
+    @property
+    def concurrent(self) -> bool:
+        """Whether ``answer`` may run in several threads at once (``allmem.run.questions``): online it only calls
+        the thread-safe LLM client; offline the extractive reader embeds, which is one model at a time."""
+        return not self.llm.offline
+
     def _offline_generator(self) -> Any:
         if self._extractive is None:
             if self.embedder is None:

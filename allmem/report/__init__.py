@@ -54,9 +54,8 @@ def build_report(root: Path, allow_mixed_code: bool = False) -> str:
             )
         sections += atc_sections(subset)
     done = {r.path for r in runs}
-    found = {
-        p.parent for p in root.rglob(CONFIG) if "wandb" not in p.relative_to(root).parts
-    }  # W&B's own config
+    # a run folder's W&B sub-folder writes a config.yaml of its own
+    found = {p.parent for p in root.rglob(CONFIG) if "wandb" not in p.relative_to(root).parts}
     incomplete = sorted(found - done)
     if incomplete:  # named, never silently left out
         sections.append(
@@ -114,6 +113,8 @@ def _main(argv: list[str]) -> int:
         "--set", dest="extra", default="", help="the extra Hydra overrides the runs used, quoted"
     )
     parser.add_argument(ALLOW_MIXED_CODE, action="store_true", help=MIXED_HELP)
+    parser.add_argument("--judge", default=None,
+                        help="4o-J from the judge folder <run>/judges/<KEY> (allmem judge) instead of the runs' own")  # fmt: skip
     args = parser.parse_args(argv)
     if "sweep" in args.targets:
         from allmem.report.sweep import summarise_sweep
@@ -127,6 +128,12 @@ def _main(argv: list[str]) -> int:
     from allmem.report.paper import summarise
 
     summarise(
-        args.targets, args.runs, args.out, args.lme or None, shlex.split(args.extra), args.allow_mixed_code
+        args.targets,
+        args.runs,
+        args.out,
+        args.lme or None,
+        shlex.split(args.extra),
+        args.allow_mixed_code,
+        args.judge,
     )
     return 0

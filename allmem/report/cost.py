@@ -3,8 +3,14 @@
 Definitions (paper Sec. 4.5 and App. D; METHOD.md, cost accounting):
 - online write per turn: wall time of ingestion (every ``ingest`` and session/stream end) minus the time spent in
   ATC runs, over the turns written; tokens: the ``write`` phase's LLM tokens (in + out) over the turns;
-- retrieval per query: wall time of ``system.retrieve`` (query embedding and search; generation excluded), the
-  ``retrieve`` phase's LLM tokens, and the context tokens injected into the generator (after the budget);
+- retrieval per query: wall time of ``system.retrieve`` without the time spent in the embedder (``search``:
+  independent of what the embedding cache held, so of the order methods ran in), with p50 / p95 / p99 / max;
+  the query embedding apart, timed by the model with the cache bypassed (``query_embed``, the same for every
+  method; n/a for a method that embeds nothing); the ``retrieve`` phase's LLM tokens, and the context tokens
+  injected into the generator (after the budget); ``allmem/run/timing.py``;
+- write tails: p50 / p95 / p99 / max of the wall time of each ``ingest`` call (a turn; All-Mem pays its
+  consolidation runs in the turn that triggers them), and of each ``end_session`` call (where a method that
+  buffers its turns writes them);
 - ATC: one event is one consolidation run; tokens are its diagnosis and planning calls, time its wall time;
   amortised per turn = the totals over the turns those runs covered;
 - dollars only when the backend is a real LLM and the config carries prices (``llm.prices``).
@@ -22,11 +28,17 @@ import pandas as pd
 
 from allmem.report.runs import Run
 from allmem.report.tables import markdown
+from allmem.run.timing import percentiles
 
 DEFINITIONS = (
     "Write: wall time of ingestion minus ATC runs, per turn written; tokens: the write phase's LLM calls (in + out).",
-    "Retrieve: wall time of system.retrieve per query (query embedding and search, no generation; p50 in brackets);"
-    " LLM tokens of the retrieve phase; context tokens packed into the generator (after the matched budget).",
+    "Search: wall time of system.retrieve per query without the time inside the embedder, so the same whatever the"
+    " embedding cache held (mean, then p50 / p95 / p99 / max); Query embed: the model's time for the texts the"
+    " method embedded at query time, cache bypassed (– for a method that embeds nothing); LLM tokens of the retrieve"
+    " phase; context tokens packed into the generator (after the matched budget).",
+    "Write tails: p50 / p95 / p99 / max of each ingest call (one turn), flushes and consolidation runs included in"
+    " the turn that triggers them; Session-end: the same of each end_session call, where a method that buffers its"
+    " turns writes them; – when the banks were re-used or the run predates per-turn timings.",
     "ATC: an event is one consolidation run; tokens are its diagnosis and planning calls, time its wall time;"
     " amortised = totals over the turns the runs covered. USD: uncached price of every call, with a real LLM only.",
     "(bank re-used): the run loaded banks ingested by an earlier run; its write and ATC columns are those measured"
@@ -68,6 +80,14 @@ def run_cost(run: Run) -> dict[str, Any]:
     records = run.records()
     n_q = len(records)
     retrieve_ms = [float((r.get("latency_ms") or {}).get("retrieve", 0.0)) for r in records]
+    search_ms = [
+        float(v) for r in records if (v := (r.get("latency_ms") or {}).get("retrieve_search")) is not None
+    ]
+    embed_ms = [
+        float(v) for r in records if (v := (r.get("latency_ms") or {}).get("query_embed")) is not None
+    ]
+    turn_ms = [] if reused else [float(v) for s in stats for v in s.get("turn_write_ms") or ()]
+    session_ms = [] if reused else [float(v) for s in stats for v in s.get("session_end_ms") or ()]
     row: dict[str, Any] = {
         "method": run.method,
         "dataset": run.dataset,
@@ -78,6 +98,11 @@ def run_cost(run: Run) -> dict[str, Any]:
         "write_tokens_per_turn": write_tokens / turns if turns else None,
         "retrieve_ms_per_query": _mean(retrieve_ms),
         "retrieve_ms_p50": statistics.median(retrieve_ms) if retrieve_ms else None,
+        "search_ms_per_query": _mean(search_ms),
+        **{f"search_ms_{k}": v for k, v in percentiles(search_ms).items()},
+        "query_embed_ms_per_query": _mean(embed_ms),
+        **{f"write_ms_{k}": v for k, v in percentiles(turn_ms).items()},
+        **{f"session_end_ms_{k}": v for k, v in percentiles(session_ms).items()},
         "retrieve_llm_tokens_per_query": _tokens(phases.get("retrieve")) / n_q if n_q else None,
         "context_tokens_per_query": _mean([float(r.get("context_tokens", 0)) for r in records]),
         "generate_tokens_per_query": _tokens(phases.get("generate")) / n_q if n_q else None,
@@ -108,8 +133,14 @@ def _f(v: Any, digits: int = 1) -> str:
     return f"{v:,.{digits}f}" if isinstance(v, float) else str(v)
 
 
+def _tails(row: Any, prefix: str) -> str:
+    return " / ".join(_f(row.get(f"{prefix}_{k}"), 2) for k in ("p50", "p95", "p99", "max"))
+
+
 def markdown_for(table: pd.DataFrame) -> str:
-    header = ["Method", "Write ms/turn", "Write tok/turn", "Retrieve ms/query (p50)", "Retrieve LLM tok/query",
+    header = ["Method", "Write ms/turn", "Write tok/turn", "Write ms p50 / p95 / p99 / max",
+              "Session-end ms p50 / p95 / p99 / max", "Search ms/query",
+              "Search ms p50 / p95 / p99 / max", "Query embed ms", "Retrieve LLM tok/query",
               "Context tok/query", "ATC events", "ATC s/event", "ATC tok/event", "ATC s/turn (amort.)",
               "ATC tok/turn (amort.)", "USD (all calls)"]  # fmt: skip
     rows = []
@@ -117,7 +148,8 @@ def markdown_for(table: pd.DataFrame) -> str:
         usd = "n/a (offline)" if r["usd"] is None or pd.isna(r["usd"]) else f"${r['usd']:.2f}"
         rows.append([
             r["method"] + (" (bank re-used)" if r["bank_reused"] else ""), _f(r["write_ms_per_turn"]),
-            _f(r["write_tokens_per_turn"]), f"{_f(r['retrieve_ms_per_query'], 2)} ({_f(r['retrieve_ms_p50'], 2)})",
+            _f(r["write_tokens_per_turn"]), _tails(r, "write_ms"), _tails(r, "session_end_ms"), _f(r["search_ms_per_query"], 2),
+            _tails(r, "search_ms"), _f(r["query_embed_ms_per_query"], 2),
             _f(r["retrieve_llm_tokens_per_query"]), _f(r["context_tokens_per_query"], 0), _f(r["atc_events"], 0),
             _f(r["atc_s_per_event"], 2), _f(r["atc_tokens_per_event"], 0), _f(r["atc_s_per_turn"], 3),
             _f(r["atc_tokens_per_turn"], 0), usd,

@@ -20,7 +20,7 @@ import pandas as pd
 
 from allmem import cache_store
 from allmem.paths import cache_dir
-from allmem.report.runs import Run
+from allmem.report.runs import Run, judge_verdicts
 from allmem.run import files
 
 log = logging.getLogger("allmem.report")
@@ -55,7 +55,22 @@ def _score(run: Run) -> pd.DataFrame:
 
 
 def item_frame(run: Run, use_cache: bool = True) -> pd.DataFrame:
-    """One row per question of the run: ids, group (category or question type), metric values in [0, 1]."""
+    """One row per question of the run: ids, group (category or question type), metric values in [0, 1]. The
+    judge column holds the verdicts of the judge ``run.judge`` picks (``runs.with_judge``), else the run's own."""
+    frame = _item_frame(run, use_cache)
+    verdicts = judge_verdicts(run)
+    if verdicts is None:
+        return frame
+    frame = frame.copy()
+    picked = [
+        verdicts.get((str(d or ""), str(q)))
+        for d, q in zip(frame["dialogue_id"], frame["question_id"], strict=True)
+    ]
+    frame[JUDGE] = [1.0 if v == "yes" else 0.0 if v == "no" else np.nan for v in picked]
+    return frame
+
+
+def _item_frame(run: Run, use_cache: bool) -> pd.DataFrame:
     path = run.path / files.PREDICTIONS
     if not use_cache:
         return _score(run)

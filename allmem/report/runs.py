@@ -1,15 +1,11 @@
-"""Reading run directories: the one module of the report that knows their file names and fields.
-
-Everything the tables and figures show comes from here: ``config.yaml`` (read as data by ``files.read_config``), ``metrics.json``,
-``manifest.json``, ``predictions.jsonl``, ``system_stats.jsonl``, ``atc_events.jsonl`` and ``calls.jsonl``. A run
-counts only when complete (``DONE`` exists); anything else is never read as a result. When the run-directory
-contract changes, this is the file to adapt.
-"""
+"""Reading run directories: the one module of the report that knows their file names and fields (docs/DESIGN.md,
+"Run directory"). A run counts only when complete (``DONE`` exists); when the run-directory contract changes,
+this is the file to adapt."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -28,6 +24,9 @@ class Run:
     path: Path
     cfg: DictConfig = field(repr=False)
     metrics: dict[str, Any] = field(repr=False)
+    judge: str | None = (
+        None  # a judge folder under <run>/judges/ (``allmem judge``) whose verdicts tables use
+    )
 
     @property
     def method(self) -> str:
@@ -129,6 +128,26 @@ class Run:
         return any("atc" in s for s in self.stats().values())
 
 
+def with_judge(run: Run, key: str | None) -> Run:
+    """``run`` with its 4o-J verdicts taken from ``<run>/judges/<key>/`` (``allmem judge``); refused in one line
+    when that judge has not finished there. ``None``: the run's own verdicts."""
+    if key is None:
+        return replace(run, judge=None)
+    folder = run.path / files.JUDGES / key
+    if not files.is_complete(folder):
+        raise ConfigError(f"{folder}: no finished judge {key!r} for this run (allmem judge {run.path} ...)")
+    return replace(run, judge=key)
+
+
+def judge_verdicts(run: Run) -> dict[tuple[str, str], str | None] | None:
+    """(dialogue_id, question_id) → verdict of the judge ``run.judge`` picks; None for the run's own."""
+    if run.judge is None:
+        return None
+    from allmem.run.rejudge import verdicts_of
+
+    return {k: v.get("verdict") for k, v in verdicts_of(run.path / files.JUDGES / run.judge).items()}
+
+
 def load_run(path: Path) -> Run:
     cfg = files.read_config(path)  # safe: no objects built, interpolations kept as text
     return Run(path=path, cfg=cfg, metrics=files.read_json(path / files.METRICS))
@@ -139,15 +158,19 @@ def find_runs(root: Path) -> list[Run]:
     root = Path(root)
     if not root.exists():
         return []
-    return [load_run(done.parent) for done in sorted(root.rglob(files.DONE))]
+    return [
+        load_run(done.parent) for done in sorted(root.rglob(files.DONE)) if not _judge_folder(done.parent)
+    ]
+
+
+def _judge_folder(path: Path) -> bool:
+    """A judge's folder inside a run (``<run>/judges/<key>/``, ``allmem judge``): it has a DONE but is no run."""
+    return path.parent.name == files.JUDGES and (path.parent.parent / files.CONFIG).is_file()
 
 
 def by_hash(runs: Iterable[Run]) -> dict[str, Run]:
     """Runs keyed by config hash; when two directories hold the same config, the newer one wins."""
-    out: dict[str, Run] = {}
-    for run in sorted(runs, key=lambda r: (r.written_at or "", str(r.path))):
-        out[run.config_hash] = run
-    return out
+    return {run.config_hash: run for run in sorted(runs, key=lambda r: (r.written_at or "", str(r.path)))}
 
 
 ALLOW_MIXED_CODE = "--allow-mixed-code"

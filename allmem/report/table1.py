@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from allmem.report import stats
+from allmem.report import stats, views
 from allmem.report.compare import OVERALL, by_dialogue, cell, compare, metric_title
 from allmem.report.items import item_frame
 from allmem.report.provenance import DATASET_TITLES
@@ -63,6 +63,8 @@ def compute(runs: Sequence[Run], dataset: str, names: Sequence[str] | None = Non
         parts.append(
             compare(by_dialogue(frames, fit, True), metrics, reference, subset="fit", by_group=False)
         )
+    if dataset == "locomo":  # overall without category 5 and with the answer-key errata (report/views.py)
+        parts.append(views.compute(runs, names or [r.method for r in runs], frames, metrics, reference))
     out = pd.concat(parts, ignore_index=True)
     tokens = {k: f.loc[f["included"], "context_tokens"].astype(float).mean() for k, f in frames.items()}
     out["context_tokens"] = out["label"].map(tokens)
@@ -71,7 +73,7 @@ def compute(runs: Sequence[Run], dataset: str, names: Sequence[str] | None = Non
 
 
 def _judge_note(runs: Sequence[Run]) -> str:
-    if all(r.metrics.get("overall", {}).get("judge") is None for r in runs):
+    if all(r.judge is None and r.metrics.get("overall", {}).get("judge") is None for r in runs):
         reasons = {r.metrics.get("overall", {}).get("judge_reason") for r in runs} - {None}
         return f"4o-J is n/a: {'; '.join(sorted(reasons)) or 'no LLM judge ran'}."
     return ""
@@ -119,7 +121,16 @@ def markdown_for(table: pd.DataFrame, runs: Sequence[Run], dataset: str) -> str:
                      for g in groups]  # fmt: skip
             out.append(f"### {metric_title(metric)} per {kind}")
             rows = [[label, *[cell(all_rows, label, metric, group=g) for g in groups]] for label in labels]
-            out.append(markdown(["Method", *names], rows))
+            both = dataset == "locomo" and views.ADVERSARIAL in groups  # overall with and without category 5
+            if both:
+                no5 = table[table["subset"] == "no-cat5"]
+                rows = [[*row, cell(all_rows, label, metric, what="mean"), cell(no5, label, metric, what="mean")]
+                        for row, label in zip(rows, labels, strict=True)]  # fmt: skip
+            out.append(markdown(["Method", *names, *(["overall", "overall w/o 5"] if both else [])], rows))
+    if (table["subset"] == "no-cat5").any():
+        out.append(views.markdown_section(table, metrics))
+    if graded := views.graded_section(runs, list(dict.fromkeys(table["label"]))):
+        out.append(graded)
     fit_ids = ", ".join(sorted(set(fit_split(dataset)))) if dataset == "locomo" else ""
     for subset, what in (
         ("held-out", f"the conversations nothing was fitted on (all but {fit_ids})"),

@@ -1,11 +1,6 @@
 """The paper targets: which experiment files each table or figure needs, and which of their points have a run.
-
-Read only: one registry for the launcher (``allmem paper run TARGET``, ``allmem/experiments.py``) and the
-summariser (``allmem report TARGET``): a target names experiment files under ``configs/experiment/``; each file
-holds its sweep in ``hydra.sweeper.params`` (the lists of methods live there, nowhere else). Both compose the
-points of those sweeps, compute each one's config hash and look up the complete run directory with that hash, so
-a run is found whatever its directory is called.
-"""
+Read only: the one registry of the launcher (``allmem paper run``, ``allmem/experiments.py``) and the summariser
+(``allmem report TARGET``); a point's run is found by config hash, whatever its folder is called (docs/DESIGN.md)."""
 
 from __future__ import annotations
 
@@ -40,6 +35,9 @@ LME_SKIPPED = (
 # All-Mem (no consolidation) with Stage 1 scored by BM25 or BM25 + dense: single-point experiments whose rows
 # Table 1 shows beside the methods of configs/experiment/table1.yaml.
 STAGE1_VARIANTS = ("stage1_bm25", "stage1_hybrid")
+# All-Mem with and without consolidation (the same points as in table1, so the same runs): the executed edits
+# Table 8 audits and Fig. 7 draws, and the rankings before consolidation.
+AUDIT = "atc_audit"
 
 
 @dataclass(frozen=True)
@@ -54,6 +52,7 @@ TARGETS: dict[str, Target] = {
     for t in (
         Target("table1", ("table1", *STAGE1_VARIANTS), "Table 1: main results"),
         Target("table2", ("table1",), "Table 2: cost"),
+        Target("retrieval", ("table1",), "Retrieval at every granularity"),
         Target("table3", ("table1",), "Table 3: ATC per operator"),
         Target("table4", ("ablations",), "Table 4: ablations"),
         Target("ablations_hybrid", ("ablations_hybrid",), "Retrieval ablations of allmem_hybrid"),
@@ -61,16 +60,33 @@ TARGETS: dict[str, Target] = {
         Target("fig4", ("fig4_theta", "fig4_dsigma"), "Fig. 4: sensitivity to theta and d_sigma"),
         Target("fig5", ("fig5", "fig4_theta"), "Fig. 5: visible surface and Mem-Lat"),
         Target("fig6", ("fig4_theta",), "Fig. 6: recoverability of archived units"),
+        Target("table5", (), "Table 5: dataset statistics"),
+        Target("table8", (AUDIT,), "Table 8: validity and harm of accepted ATC edits"),
+        Target("fig7", (AUDIT,), "Fig. 7: an Update case study"),
     )
 }
 ALIASES = {"ablations": ("table4",)}
 GROUPS = {
-    "tables": ("table1", "table2", "table3", "table4", "ablations_hybrid"),
-    "figures": ("fig3", "fig4", "fig5", "fig6"),
-    "paper": ("table1", "table2", "table3", "table4", "ablations_hybrid", "fig3", "fig4", "fig5", "fig6"),
+    "tables": ("table1", "table2", "retrieval", "table3", "table4", "ablations_hybrid", "table5", "table8"),
+    "figures": ("fig3", "fig4", "fig5", "fig6", "fig7"),
+    "paper": (
+        "table1",
+        "table2",
+        "retrieval",
+        "table3",
+        "table4",
+        "ablations_hybrid",
+        "fig3",
+        "fig4",
+        "fig5",
+        "fig6",
+        "table5",
+        "table8",
+        "fig7",
+    ),
 }
 # Experiments run in this order: table1 first, so the sweeps find its ingested banks; cheap ones before fig3.
-ORDER = ("table1", *STAGE1_VARIANTS, "ablations", "ablations_hybrid", "fig4_theta", "fig4_dsigma", "fig3",
+ORDER = ("table1", AUDIT, *STAGE1_VARIANTS, "ablations", "ablations_hybrid", "fig4_theta", "fig4_dsigma", "fig3",
          "fig3_anchors", "fig5")  # fmt: skip
 
 
@@ -93,11 +109,19 @@ def experiments_of(targets: Sequence[str]) -> list[str]:
     return [e for e in ORDER if e in wanted] + sorted(wanted - set(ORDER))
 
 
-def dataset_overrides(lme: str | None) -> dict[str, list[str]]:
-    """The datasets every target runs on: LoCoMo always, LongMemEval-s when its file is given."""
+# Experiments that also run on a dataset of their own: the ATC audit on the synthetic drift corpus, where every
+# edit's truth is known (Table 8's ground truth, Fig. 7's fallback).
+ALSO_ON: dict[str, tuple[str, ...]] = {AUDIT: ("synthetic_drift",)}
+
+
+def dataset_overrides(lme: str | None, experiment: str | None = None) -> dict[str, list[str]]:
+    """The datasets a target's experiment runs on: LoCoMo always, LongMemEval-s when its file is given, and the
+    experiment's own (``ALSO_ON``)."""
     out = {LOCOMO: [f"dataset={LOCOMO}"]}
     if lme:
         out[LME] = [f"dataset={LME}", f"dataset.path={Path(lme).expanduser().resolve()}"]
+    for ds in ALSO_ON.get(experiment or "", ()):
+        out[ds] = [f"dataset={ds}"]
     return out
 
 
@@ -220,13 +244,12 @@ class _HashCache:
             if digest in entry["hashes"]:
                 return entry["hashes"][digest]
         cfg = _compose(overrides)
-        path = cfg.dataset.get("path")
-        digest = _data_digest(str(cfg.dataset.name), None if path is None else str(path))
-        entry = {"dataset": str(cfg.dataset.name), "path": None if path is None else str(path), "hashes": {}}
-        entry["hashes"][digest] = identity.config_hash(cfg, digest)
-        self.data[key] = entry
-        self.dirty = True
-        return entry["hashes"][digest]
+        name, path = str(cfg.dataset.name), cfg.dataset.get("path")
+        path = None if path is None else str(path)
+        digest = _data_digest(name, path)
+        h = identity.config_hash(cfg, digest)
+        self.data[key], self.dirty = {"dataset": name, "path": path, "hashes": {digest: h}}, True
+        return h
 
     def save(self) -> None:
         """Write this cache's entries over what the file holds now (another instance, such as the one
@@ -265,7 +288,7 @@ def collect(
     runs = by_hash(find_runs(root)) if runs is None else runs
     hashes = _HashCache()
     found = {
-        exp: {ds: points(exp, ds, ov, extra, runs, hashes) for ds, ov in dataset_overrides(lme).items()}
+        exp: {ds: points(exp, ds, ov, extra, runs, hashes) for ds, ov in dataset_overrides(lme, exp).items()}
         for exp in experiments
     }
     hashes.save()

@@ -1,19 +1,5 @@
-"""The attempts of one run: its lock, the manifest's list of attempts, and records kept true across resumes.
-
-A run may take several attempts (killed, an LLM outage, a fix and a rerun). Each attempt:
-
-- holds the directory's lock (``RunLock``: an OS file lock, released by the kernel when the process dies, so a
-  second process fails at once naming the holder and a stale lock after kill -9 never blocks);
-- is listed in ``manifest.json`` (``attempts``: number, start and end, status, git sha, source fingerprint
-  (``code``), data hash, argv, counts),
-  so resuming never loses the first attempt's provenance;
-- starts by cutting every JSON-lines file back to its last complete line, dropping failed prediction lines
-  (their questions are asked again) and the system-stats and ATC-event lines of every dialogue it will ingest
-  again (they are written anew, so nothing is counted twice);
-- books every LLM call under its number (``calls.jsonl`` keeps all of them: that money was spent). ``run_cost``
-  sums the calls behind the kept results (``cost``, equal to an uninterrupted run's) and all of them
-  (``cost_all_attempts``).
-"""
+"""The attempts of one run: its lock (``RunLock``), the manifest's list of attempts, and the records kept true
+across resumes (docs/DESIGN.md, "Failure rules of a run")."""
 
 from __future__ import annotations
 
@@ -196,7 +182,7 @@ def attempts(run_dir: Path) -> list[dict[str, Any]]:
 
 def resume(run_dir: Path, dialogues: Sequence[Dialogue]) -> tuple[set[str], list[str]]:
     """Make the directory's records true before an attempt; return the answered question ids and the ids of
-    the dialogues to ingest (again). See the module docstring for what is cut and dropped, and why."""
+    the dialogues to ingest (again). What is cut and dropped, and why: docs/DESIGN.md, "Failure rules of a run"."""
     for path in sorted(run_dir.glob("*.jsonl")):
         cut = files.repair_jsonl(path)
         if cut:
@@ -214,12 +200,8 @@ def resume(run_dir: Path, dialogues: Sequence[Dialogue]) -> tuple[set[str], list
 
 
 def check_lines(path: Path) -> None:
-    """Raise ``RunCorrupt`` naming ``path`` and the line when a complete line is not a JSON object.
-
-    allmem writes whole lines (flushed and synced) and cuts a torn last one, so such a line was made by something
-    else (a hand edit, another tool, a disk fault). The rerun refuses instead of setting the line aside and asking
-    its question again: what the line held cannot be known, and the user should see the file before trusting it.
-    """
+    """Raise ``RunCorrupt`` naming ``path`` and the line when a complete line is not a JSON object: allmem never
+    writes one, so the rerun refuses rather than set it aside (docs/DESIGN.md, "Failure rules of a run")."""
     with path.open("rb") as fh:
         for n, raw in enumerate(fh, 1):
             if not raw.endswith(b"\n") or not raw.strip():
@@ -227,10 +209,7 @@ def check_lines(path: Path) -> None:
             try:
                 ok = isinstance(json.loads(raw), dict)
                 why = "not a JSON object"
-            except (
-                ValueError,
-                RecursionError,
-            ) as exc:  # bad JSON, bad UTF-8, a 5,000-digit number, deep nesting
+            except (ValueError, RecursionError) as exc:  # bad JSON or UTF-8, huge numbers, deep nesting
                 ok, why = False, f"not valid JSON: {getattr(exc, 'msg', None) or type(exc).__name__}"
             if not ok:
                 raise RunCorrupt(

@@ -1,10 +1,5 @@
-"""The comparison rule (``same_result``: whether two run directories hold the same result) and ``allmem compare``.
-
-``SAME_RESULT_IGNORES`` names what may differ between equal runs, and nothing else. Given two roots, runs are
-matched by their path under the root, else by their config hash (the same config reached through other
-overrides); each is reported "same", "differs: ..." or "missing". Exit 0 only when
-every run is the same.
-"""
+"""The comparison rule (``same_result``: whether two run directories hold the same result; what may differ is
+``SAME_RESULT_IGNORES``, nothing else) and ``allmem compare`` (docs/DESIGN.md)."""
 
 from __future__ import annotations
 
@@ -19,12 +14,8 @@ from typing import Any
 from allmem.run import files
 from allmem.run.identity import identity, recorded_hash
 
-# Fields that may differ between two runs of the same config on the same data and code, and only those: timings
-# (latencies, wall clocks, per-event means of them), whether an LLM reply came from the cache and the counts
-# derived from that flag, whether a bank and its ATC events came from the bank cache (``bank_cache``, ``reused``;
-# its ingestion calls are booked either way), attempt and retry numbers, timestamps, and the process that ran it
-# (pid, argv). A key
-# matching one of these glob patterns is left out wherever it occurs, in every file. docs/DESIGN.md states it.
+# Fields that may differ between two runs of the same config on the same data and code, and only those
+# (docs/DESIGN.md): a key matching one of these glob patterns is left out wherever it occurs, in every file.
 SAME_RESULT_IGNORES: tuple[str, ...] = (
     "*latency*", "*_ms", "*_ms_*", "*_s", "*_s_*",  # timings: latency_ms, write_describe_ms, wall_s, ingest_s
     "cached", "spent_tokens_*",  # a cached reply and what it spared (the cache state on this machine)

@@ -1,15 +1,5 @@
-"""The run directory: the contract between running and reporting.
-
-A run directory holds a fixed set of files (see docs/DESIGN.md). It is complete only when ``DONE`` exists, which
-is written last; a rerun skips a complete run. An interrupted or failed run is resumed by question id: answered
-predictions already on disk are kept, a torn last line (the process was killed mid-write) is cut off, failed
-lines are dropped, and only the missing questions are answered, so the file ends with no duplicates and no
-gaps. ``allmem/run/attempts.py`` keeps the other files true across attempts (lock, manifest, ledger, events).
-
-This module owns the files: their names (no other module spells one), the one JSONL reader and appender, atomic
-writes of a file or a folder, sha256, and reading a stored config as data. The run's identity and name are in
-``identity``, the comparison rule in ``compare``.
-"""
+"""The run directory's files (docs/DESIGN.md, "Run directory"): their names (no other module spells one), the
+one JSONL reader and appender, atomic writes of a file or a folder, sha256, and reading a stored config as data."""
 
 from __future__ import annotations
 
@@ -47,6 +37,10 @@ PARTS = "parts"
 MERGING = ".merging"
 SHARDS = "shards"
 SHARD_INFO = "shard.json"
+PACING = ".llm_pacing.sqlite"  # the run's llm.rpm / llm.tpm windows, shared by its processes (llm/limiter.py)
+JUDGES = "judges"  # <run>/judges/<key>/: another judge's verdicts (allmem judge, allmem/run/rejudge.py)
+JUDGE_INFO = "judge.json"  # in a judge folder: the judge's identity
+VERDICTS = "verdicts.jsonl"  # in a judge folder: one line per judged question
 
 
 def plain(cfg: Any) -> dict[str, Any]:

@@ -15,13 +15,12 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from allmem.errors import ConfigError
+from allmem.fingerprint import source_fingerprint
 from allmem.paths import resolve_data_path  # importing it also registers the ${allmem.repo:...} resolver
 from allmem.run import files
 
-# Keys that place files or tune how a run executes but cannot change a result: left out of the identity hash
-# and of the directory name (a key matches itself and everything below it). The data enter the hash by content
-# (``data_digest``), so ``dataset.path`` is a placement key too. Every other key (``run.seed``, ``run.judge``,
-# the protocol, the budget, ...) changes the identity. docs/DESIGN.md lists the rule.
+# Keys that place files or tune how a run executes but cannot change a result (docs/DESIGN.md, "Run identity"):
+# left out of the identity hash and of the directory name (a key matches itself and everything below it).
 NOT_IDENTITY: tuple[str, ...] = (
     "run.root", "run.name", "run.progress", "run.workers", "run.shard", "paths", "wandb", "hydra",
     "dataset.path", "dataset.fit_dialogues", "embedder.cache_dir", "embedder.batch_size",
@@ -54,7 +53,20 @@ def _drop_keys(data: dict[str, Any], prefixes: Iterable[str], parent: str = "") 
 def identity(cfg: DictConfig | dict[str, Any]) -> dict[str, Any]:
     """The resolved config without the keys in ``NOT_IDENTITY``: what a run's results depend on, besides data.
     A plain dict (a stored config, ``files.read_config_data``) is taken as it is, never resolved."""
-    return _drop_keys(cfg if isinstance(cfg, dict) else files.plain(cfg), NOT_IDENTITY)
+    data = cfg if isinstance(cfg, dict) else files.plain(cfg)
+    dataset = data.get("dataset")
+    if (
+        isinstance(dataset, dict)
+        and dataset.get("sample") is None
+        and dataset.get("sample_dialogues") is None
+    ):
+        return _drop_keys(data, (*NOT_IDENTITY, *_SAMPLING))  # sampling off: its keys change nothing
+    return _drop_keys(data, NOT_IDENTITY)
+
+
+# Sampling keys (benchmarks/sampling.py) count only when sampling is on: with ``sample`` and
+# ``sample_dialogues`` both null the seed changes nothing, and the hashes of runs made before the keys existed hold.
+_SAMPLING = ("dataset.sample", "dataset.sample_seed", "dataset.sample_dialogues")
 
 
 def data_digest(cfg: DictConfig) -> str:
@@ -98,12 +110,7 @@ def run_label(cfg: DictConfig, overrides: Iterable[str] = ()) -> str:
         return str(cfg.run.name)
     extra = override_dirname(overrides)
     label = f"{cfg.method.name},{extra}" if extra else str(cfg.method.name)
-    return _cap(label)
-
-
-def _cap(name: str) -> str:
-    raw = name.encode("utf-8")
-    return raw[:_MAX_NAME].decode("utf-8", "ignore") if len(raw) > _MAX_NAME else name
+    return label.encode("utf-8")[:_MAX_NAME].decode("utf-8", "ignore")  # a whole label comes back as it was
 
 
 def resolve(cfg: DictConfig, overrides: Iterable[str] = (), data: str | None = None) -> Path:
@@ -196,8 +203,6 @@ def reusable(run_dir: Path, cfg: DictConfig, digest: str) -> bool:
             f"{run_dir}: holds a complete run of another config or data (hash {have}, this one {want}); "
             "choose another run.name or delete the folder"
         )
-    from allmem.fingerprint import source_fingerprint
-
     made_by = files.read_json(run_dir / files.MANIFEST, {}).get("code")
     if made_by != source_fingerprint():  # reused as asked, but never silently (the paper targets refuse it)
         logging.getLogger("allmem.run").warning(
@@ -214,9 +219,7 @@ def complete_twin(run_dir: Path) -> Path | None:
     label, _, digest = run_dir.name.rpartition("-")
     if not label or len(digest) != 10 or any(c not in "0123456789abcdef" for c in digest):
         return None
-    for done in sorted(run_dir.parent.glob(f"*-{digest}/{files.DONE}")):
-        return done.parent
-    return None
+    return next((done.parent for done in sorted(run_dir.parent.glob(f"*-{digest}/{files.DONE}"))), None)
 
 
 def prepare(run_dir: Path, cfg: DictConfig) -> None:
@@ -225,9 +228,8 @@ def prepare(run_dir: Path, cfg: DictConfig) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     text = OmegaConf.to_yaml(cfg, resolve=True)
     path = run_dir / files.CONFIG
-    if path.exists():
-        if config_hash(files.read_config_data(run_dir)) != config_hash(cfg):
-            raise ConfigError(
-                f"{run_dir}: holds a run made with a different config; choose another run.name or delete it"
-            )
+    if path.exists() and config_hash(files.read_config_data(run_dir)) != config_hash(cfg):
+        raise ConfigError(
+            f"{run_dir}: holds a run made with a different config; choose another run.name or delete it"
+        )
     files.write_atomic(path, text)

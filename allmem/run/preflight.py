@@ -1,11 +1,6 @@
-"""Checks made before a run directory exists, so a run that cannot work leaves nothing behind.
-
-``check_config`` reads only the config and the environment: the LLM key's variable name and presence, the base
-URL's form and whether anything listens there, the replay cache, the budget. ``check_data`` reads the loaded
-dialogues: no dialogues or no questions is an error; questions whose evidence matches no turn, questions or
-turns with no text are counted and logged as warnings (the counts also go into ``metrics.json``). Building the
-memory system before the directory exists (the runner does) checks the method's arguments.
-"""
+"""Checks made before a run directory exists, so a run that cannot work leaves nothing behind (docs/DESIGN.md,
+"Failure rules of a run"): ``check_config`` reads only the config and the environment, ``check_data`` the loaded
+dialogues (counted degenerate input goes into ``metrics.json`` too)."""
 
 from __future__ import annotations
 
@@ -24,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from allmem.errors import ConfigError
 from allmem.llm import cache_path, validate_llm_config
 from allmem.llm.base import LLMError
+from allmem.run.files import plain
 from allmem.types import Dialogue
 from benchmarks import check_limits
 
@@ -173,4 +169,8 @@ def check_data(dialogues: Sequence[Dialogue], cfg: DictConfig) -> dict[str, Any]
     for key, n in counts.items():
         if key != "questions" and n:
             log.warning("%s: %d %s", where, n, key.replace("_", " "))
+    from benchmarks import sampling
+
+    if (drawn := sampling.record(dialogues, plain(cfg.dataset))) is not None:
+        counts["sample"] = drawn  # the chosen ids (dataset.sample, dataset.sample_dialogues)
     return counts

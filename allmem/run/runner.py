@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
@@ -28,11 +28,12 @@ from tqdm.auto import tqdm
 
 from allmem.budget import pack
 from allmem.errors import ConfigError, RunFailed
-from allmem.metrics import score_records
+from allmem.metrics import dataset_for, score_records
 from allmem.metrics.judge import invalid_warning
 from allmem.metrics.protocols import Protocol
 from allmem.metrics.retrieval import rank_source_ids
-from allmem.run import attempts, files, identity, parallel, preflight, shards
+from allmem.run import attempts, files, identity, parallel, preflight, questions, shards
+from allmem.run import timing as timers
 from allmem.systems import MemorySystem, Resources
 from allmem.types import AnswerInfo, AnswerRequest, Dialogue, Prediction, Question
 from benchmarks import load_dataset
@@ -71,13 +72,19 @@ def ingest(system: MemorySystem, dialogue: Dialogue, progress: bool) -> dict[str
     system.reset(dialogue.id)
     n_turns = sum(len(s.turns) for s in dialogue.sessions)
     bar = tqdm(total=n_turns, desc=f"ingest {dialogue.id}", unit="turn", disable=not progress, leave=False)
+    turn_ms: list[float] = []  # each ingest call, for the tail percentiles of Table 2 (run/timing.py)
+    session_ms: list[float] = []  # each end_session call, likewise
     t0 = time.perf_counter()
     for session in dialogue.sessions:
         system.start_session(session.info)
         for turn in session.turns:
+            t_turn = time.perf_counter()
             system.ingest(turn)
+            turn_ms.append(round(1000 * (time.perf_counter() - t_turn), 4))
             bar.update(1)
-        system.end_session(session.info)
+        t_session = time.perf_counter()
+        system.end_session(session.info)  # where a buffering method writes what its turns held back
+        session_ms.append(round(1000 * (time.perf_counter() - t_session), 4))
     t_end = time.perf_counter()
     system.end_stream()
     t_stream = time.perf_counter()
@@ -87,21 +94,25 @@ def ingest(system: MemorySystem, dialogue: Dialogue, progress: bool) -> dict[str
         "ingest_s": t_end - t0,
         "end_stream_s": t_stream - t_end,
         "write_ms_per_turn": 1000 * (t_end - t0) / max(n_turns, 1),
+        "turn_write_ms": turn_ms,
+        "session_end_ms": session_ms,
     }
 
 
 def answer_question(
     system: MemorySystem, generator: Any, question: Question, budget_tokens: int, seed: int,
     judge: Callable[[dict[str, Any]], dict[str, Any] | None] | None, protocol: Protocol, attempt: int = 1,
+    embedder: Any = None,
 ) -> Prediction:  # fmt: skip
     """One question through retrieve → pack → generate (→ judge); returns its predictions.jsonl record.
 
     The protocol frames the question (two options or not) and names the answer template. A failed answer or
     judge call (no reply after retries) makes a failed record (``error`` set), never an empty answer.
     """
-    t0 = time.perf_counter()
-    result = system.retrieve(question.text, question.date)
-    t1 = time.perf_counter()
+    with timers.watch(embedder) as embedded:  # the query embedding, taken out of the search time
+        t0 = time.perf_counter()
+        result = system.retrieve(question.text, question.date)
+        t1 = time.perf_counter()
     packed = pack(result.units, budget_tokens)
     options = protocol.options(question, seed)
     request = AnswerRequest(
@@ -120,6 +131,9 @@ def answer_question(
     t3 = time.perf_counter()
     latency = {k: float(v) for k, v in result.timings_ms.items()}
     latency.update(retrieve=1000 * (t1 - t0), pack=1000 * (t2 - t1), generate=1000 * (t3 - t2))
+    latency["retrieve_search"] = max(0.0, latency["retrieve"] - embedded.ms)
+    if (query_ms := timers.model_ms(embedder, embedded.texts)) is not None:
+        latency["query_embed"] = query_ms
     info = AnswerInfo.of(answer)
     pred = Prediction(
         question_id=question.id,
@@ -129,6 +143,8 @@ def answer_question(
         gold=question.gold,
         evidence=question.evidence,
         ranked_source_ids=tuple(rank_source_ids(result.units)[: max(MAX_RANKED_IDS, *protocol.ks)]),
+        ranked_units=tuple(tuple(u.source_ids) for u in result.units[: max(protocol.ks)]),  # unit precision
+        evidence_turns=question.evidence_turns,
         category=question.category,
         question_type=question.question_type,
         options=options,
@@ -247,7 +263,7 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
 def seal(run_dir: Path, records: list[dict[str, Any]], protocol: Protocol, info: dict[str, Any]) -> None:
     """Score a run's records and seal its directory: ``metrics.json``, then ``DONE``. ``info``: ``label``,
     ``config_hash``, ``attempts``, ``backend``, ``inputs``, ``wall_s_last_session``."""
-    metrics = score_records(records, protocol)
+    metrics = score_records(records, protocol, dataset_for(run_dir))  # + the dataset's answer-key errata
     if warning := invalid_warning(metrics, str(run_dir)):  # allmem.metrics.judge.INVALID_WARN_RATE
         log.warning(warning)
     metrics["run"] = {k: info[k] for k in ("label", "config_hash", "attempts")}
@@ -309,19 +325,16 @@ def answer_dialogue(
         timing = ingest(svc.system, dialogue, bool(cfg.run.progress))
     broke = _new_failures(ledger, before)
     stats_out.write({"dialogue_id": dialogue.id, "attempt": attempt, **timing, **svc.system.stats()})
-    for question in todo:
-        if broke:  # its memory is incomplete: do not pay for answers that cannot count
-            pred = _failed(question, f"ingest of {dialogue.id}: {broke}", attempt)
-        else:
-            before = _failures(ledger)
-            with ledger_scope(svc.llm, dialogue_id=dialogue.id, question_id=question.id):
-                pred = answer_question(
-                    svc.system, svc.generator, question, int(cfg.budget.tokens), int(cfg.run.seed),
-                    judge, protocol, attempt,
-                )  # fmt: skip
-            lost = _new_failures(ledger, before)
-            if lost and pred.error is None:  # e.g. a retrieval-phase call of the memory system
-                pred = replace(pred, error=lost)
+    if broke:  # its memory is incomplete: do not pay for answers that cannot count
+        preds: Iterable[Prediction] = (_failed(q, f"ingest of {dialogue.id}: {broke}", attempt) for q in todo)
+    else:  # concurrently up to llm.max_concurrency, yielded in question order
+        preds = questions.answer_questions(
+            todo, lambda q, system, generator: answer_question(
+                system, generator, q, int(cfg.budget.tokens), int(cfg.run.seed), judge, protocol, attempt,
+                embedder=svc.embedder,
+            ), system=svc.system, generator=svc.generator, llm=svc.llm,
+        )  # fmt: skip
+    for pred in preds:
         out.write(pred.to_json())
         answered(1)
 
@@ -344,11 +357,9 @@ def _new_failures(ledger: Any, before: dict[str, int]) -> str | None:
     if ledger is None:
         return None
     now = ledger.failures()
-    diff = {phase: n - before.get(phase, 0) for phase, n in now.items() if n > before.get(phase, 0)}
-    if not diff:
-        return None
-    parts = ", ".join(f"{n} {phase}" for phase, n in sorted(diff.items()))
-    return f"LLM calls failed after their retries ({parts}); last: {ledger.last_error}"
+    return questions.failure_line(
+        {phase: n - before.get(phase, 0) for phase, n in now.items()}, ledger.last_error
+    )
 
 
 def _summary(

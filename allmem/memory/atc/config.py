@@ -30,7 +30,7 @@ class ATCConfig:
     merge: bool
     update: bool
     top_k: int  # visible neighbours per local context (plus the temporal predecessor)
-    workers: int  # diagnosis worker pool; results are gathered in buffer order
+    workers: int  # diagnosis worker pool (at least llm.max_concurrency); results are gathered in buffer order
     coherence_guard: bool  # the authors' code: skip a merge whose centroid coherence is below the min
     coherence_min: float
     merge_phatic: bool  # offline diagnoser: merge fact-free utterances ("Thanks!") of one speaker

@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 
 from allmem.defaults import from_node
+from allmem.llm.client import pool_size
 from allmem.memory.atc.config import OPS, ATCConfig
 from allmem.memory.atc.drift import Calibration, UnitView, split_sentences_to_embed
-from allmem.memory.atc.events import EventLog
+from allmem.memory.atc.events import EventLog, edit_fields, unit_record
 from allmem.memory.atc.executor import Executor, Outcome, unit_dict
 from allmem.memory.atc.gate import gate
 from allmem.memory.atc.meter import Meter
@@ -171,7 +172,7 @@ class Consolidator:
             res = roles.diagnose(meter, target, [unit_dict(self.bank.get(c)) for c in contexts[i]])
             return res, meter.usage()
 
-        with ThreadPoolExecutor(max_workers=self.cfg.workers) as pool:
+        with ThreadPoolExecutor(max_workers=pool_size(self.llm, self.cfg.workers)) as pool:
             results = list(pool.map(diagnose, range(len(buffered))))
         t1 = time.perf_counter()
         failures = Counter()
@@ -197,12 +198,14 @@ class Consolidator:
             for target in queues[op]:
                 ts = time.perf_counter()
                 sources = {u: list(self.bank.get(u).source_ids) for u in target.ids}
+                before = [unit_record(self.bank.get(u)) for u in dict.fromkeys(target.ids) if u in self.bank]
                 out: Outcome = executor.run(target)
                 totals.append(out.usage)
+                edit = edit_fields(self.bank, before, out.new_ids) if out.state == "executed" else {}
                 self.log.write(base | {
                     "kind": "target", "op": op, "ids": list(target.ids), "source_ids": sources, "p": target.p,
                     "origin": target.origin, "why": target.reason, "state": out.state, "reason": out.reason, "new_ids": list(out.new_ids),
-                    "latency_ms": round(1000 * (time.perf_counter() - ts), 3), **self._sum([out.usage]),
+                    "latency_ms": round(1000 * (time.perf_counter() - ts), 3), **self._sum([out.usage]), **edit,
                 })  # fmt: skip
         self.log.write(base | {
             "kind": "run", "trigger": trigger, "turn": self.turns, "turns_since_last": self.turns - self.turns_at_last_run,

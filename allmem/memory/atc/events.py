@@ -3,6 +3,12 @@
 Why three kinds of line: the paper's Table 3 needs per-operator counts, tokens and latency (``target`` lines),
 the diagnosis row (``diagnose`` lines), and Table 2 amortises a run's cost over the turns since the previous run
 (``run`` lines carry ``turns_since_last``). Lines are appended as they happen, so a crashed run still keeps them.
+
+An executed edit's ``target`` line also carries what an auditor (Table 8) or a case study (Fig. 7) reads, so the
+edit can be judged from the line alone (records version 2, ``allmem.types.RECORD_VERSION``): ``before``, the
+edited units as they were, ``after``, the same units and the new ones as the edit left them (each
+``unit_record``: id, date, order, descriptor, visibility, evidence records), and ``links``, the version and
+sibling links among them.
 """
 
 from __future__ import annotations
@@ -11,8 +17,38 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from allmem.memory.units import Unit
 from allmem.run.files import EVENTS, append_jsonl, iter_jsonl
 from allmem.types import RecordError
+
+EDIT_LINKS = ("version", "sibling")
+
+
+def unit_record(u: Unit) -> dict[str, Any]:
+    """A unit as an executed edit's line holds it: evidence, descriptor, date and visibility."""
+    return {
+        "id": u.id,
+        "date": u.timestamp.isoformat(),
+        "order": u.order,
+        "summary": u.summary,
+        "keywords": list(u.keywords),
+        "visible": bool(u.visible),
+        "evidence": u.evidence_dicts(),
+    }
+
+
+def edit_fields(bank: Any, before: list[dict[str, Any]], new_ids: tuple[str, ...]) -> dict[str, Any]:
+    """``before``/``after``/``links`` of an executed edit: ``before`` taken just before it, the rest now."""
+    ids = [b["id"] for b in before] + [n for n in new_ids if n not in {b["id"] for b in before}]
+    inside = set(ids)
+    links = sorted(
+        [lk.type, lk.src, lk.dst]
+        for uid in ids
+        for type_ in EDIT_LINKS
+        for lk in bank.out_links(uid, type_)
+        if lk.dst in inside
+    )
+    return {"before": before, "after": [unit_record(bank.get(u)) for u in ids], "links": links}
 
 
 class EventLog:

@@ -1,0 +1,88 @@
+"""Retrieval at every granularity, stated: one implementation for LoCoMo and LongMemEval (docs/PROTOCOL.md,
+"Retrieval at every granularity").
+
+For one question, from its ranked source ids (best first), the source ids of each of its top units, and its gold
+evidence, at cut-off k:
+
+- at **turn** level (gold: evidence turns; ranked: the ranked source ids) and at **session** level (both mapped to
+  their session, ``session_of``; the ranked sessions de-duplicated keeping the first, i.e. best, place):
+  ``any`` (1 when any gold id is in the top k), ``all`` (1 when every gold id is), ``recall`` (the share of the
+  gold ids in the top k: the paper's R@k at turn level) and ``ndcg`` (binary relevance, DCG = Σ rel_i / log2(i+1)
+  over the top k, normalised by the ideal over min(|gold|, k): the paper's N@k at turn level);
+- **unit precision** ``p`` (the share of the top k *returned units*, not ids, that hold any gold id; k in the
+  denominator, so fewer than k units count the missing places as misses). A merged unit holding three evidence
+  turns is one relevant unit here, where the id-level recall credits it three times.
+
+LongMemEval's units carry session ids (the benchmark scores sessions), so there its turn level is not measured
+(None) and its unit precision is at session level; its evidence turns (``has_answer``) are recorded with each
+question (``Prediction.evidence_turns``). A question without gold ids has no value (None): it is left out of these
+means and of their counts, unlike the paper's R@k, which scores it 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+from allmem.metrics.retrieval import dedupe
+
+LEVELS = ("turn", "session")
+MEASURES = ("any", "all", "recall", "ndcg")
+
+
+def session_of(source_id: str) -> str:
+    """The session of a source id: ``D3:5`` → ``D3`` (LoCoMo turn), ``<session>:<j>`` → ``<session>`` (LongMemEval
+    turn); an id without a ``:<number>`` tail is a session id already."""
+    head, sep, tail = source_id.rpartition(":")
+    return head if sep and tail.isdigit() else source_id
+
+
+def _at_k(ranked: Sequence[str], gold: set[str], k: int) -> dict[str, float]:
+    top = ranked[:k]
+    hits = [sid in gold for sid in top]
+    dcg = sum(1.0 / math.log2(i + 1) for i, hit in enumerate(hits, start=1) if hit)
+    idcg = sum(1.0 / math.log2(i + 1) for i in range(1, min(len(gold), k) + 1))
+    found = gold & set(top)
+    return {
+        "any": float(bool(found)),
+        "all": float(found == gold),
+        "recall": len(found) / len(gold),
+        "ndcg": dcg / idcg,
+    }
+
+
+def granular(
+    ranked_ids: Sequence[str],
+    units: Sequence[Iterable[str]],
+    gold_turns: Iterable[str],
+    gold_sessions: Iterable[str],
+    ks: Sequence[int],
+    turn_level: bool = True,
+) -> dict[str, float | None]:
+    """``<level>_<measure>@k`` and ``P@k`` for every k (None where not measurable, see the module docstring).
+
+    ``gold_turns``: evidence turn ids (empty when unknown); ``gold_sessions``: evidence sessions (LoCoMo: derived
+    from the turns when empty); ``turn_level``: whether ``ranked_ids`` and ``units`` hold turn ids."""
+    turns = set(gold_turns)
+    sessions = set(gold_sessions) or {session_of(t) for t in turns}
+    ranked = dedupe(ranked_ids)
+    ranked_sessions = dedupe(session_of(s) for s in ranked)
+    unit_sets = [set(u) for u in units]
+    unit_gold = turns if turn_level else sessions
+    out: dict[str, float | None] = {}
+    for k in ks:
+        for level, gold, ids in (("turn", turns, ranked), ("session", sessions, ranked_sessions)):
+            usable = gold and (level == "session" or turn_level)
+            values = _at_k(ids, gold, k) if usable else dict.fromkeys(MEASURES)
+            out.update({f"{level}_{m}@{k}": values[m] for m in MEASURES})
+        out[f"P@{k}"] = (
+            sum(1 for u in unit_sets[:k] if u & unit_gold) / k
+            if unit_gold and (turn_level or sessions)
+            else None
+        )
+    return out
+
+
+def names(ks: Sequence[int]) -> list[str]:
+    """The metric names ``granular`` returns, in order."""
+    return [n for k in ks for n in (*(f"{lv}_{m}@{k}" for lv in LEVELS for m in MEASURES), f"P@{k}")]

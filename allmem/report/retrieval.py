@@ -1,0 +1,79 @@
+"""The retrieval table (``make retrieval``): every method's retrieval at turn and session level, any-gold and
+all-gold, recall and NDCG, and unit precision, from the runs of Table 1 (``allmem/metrics/granularity.py``; each
+column defined in docs/PROTOCOL.md, "Retrieval at every granularity").
+
+Table 1 keeps the paper's R@5 and N@5; this table states the granularity of each number. Questions without gold
+ids, and LongMemEval's abstention questions, are left out (the ``n`` column counts what is in). Unit precision needs
+the ranked units each prediction records (records version 2); older runs show it as n/a.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from allmem.metrics.granularity import LEVELS, MEASURES, granular
+from allmem.metrics.retrieval import is_abstention
+from allmem.report.runs import Run
+from allmem.report.tables import markdown
+from allmem.types import Prediction
+
+TITLES = {"any": "any", "all": "all", "recall": "R", "ndcg": "N"}
+
+
+def item_values(run: Run) -> list[dict[str, float | None]]:
+    """Per question: ``granular``'s values (LoCoMo at turn level, LongMemEval with session-level units)."""
+    ks = run.protocol.ks
+    out = []
+    for i, raw in enumerate(run.records()):
+        rec = Prediction.from_json(raw, f"{run.path}: record {i}")
+        if rec.error is not None or is_abstention(rec.question_id):
+            continue
+        lme = rec.question_type is not None
+        values = granular(
+            rec.ranked_source_ids, rec.ranked_units, rec.evidence_turns if lme else rec.evidence,
+            rec.evidence if lme else (), ks, turn_level=not lme,
+        )  # fmt: skip
+        if not rec.ranked_units:  # recorded before units were (version 1): unit precision is unknown
+            values.update({f"P@{k}": None for k in ks})
+        out.append(values)
+    return out
+
+
+def compute(runs: Sequence[Run], names: Sequence[str] | None = None) -> pd.DataFrame:
+    """Long frame: label, dataset, metric, mean ×100, n (questions with a value)."""
+    rows: list[dict[str, Any]] = []
+    for run, label in zip(runs, names or [r.method for r in runs], strict=True):
+        items = item_values(run)
+        for metric in items[0] if items else ():
+            vals = [v for item in items if (v := item.get(metric)) is not None]
+            rows.append({"label": label, "dataset": run.dataset, "metric": metric,
+                         "mean": 100 * math.fsum(vals) / len(vals) if vals else None, "n": len(vals)})  # fmt: skip
+    return pd.DataFrame(rows, columns=["label", "dataset", "metric", "mean", "n"])
+
+
+def markdown_for(table: pd.DataFrame, k: int) -> str:
+    """One row per method at cut-off ``k``: turn any / all / R / N, session any / all / R / N, unit P."""
+    metrics = [f"{lv}_{m}@{k}" for lv in LEVELS for m in MEASURES] + [f"P@{k}"]
+    header = ["Method", *[f"{lv} {TITLES[m]}@{k}" for lv in LEVELS for m in MEASURES], f"unit P@{k}", "n"]
+    rows = []
+    for label in dict.fromkeys(table["label"]):
+        part = table[table["label"] == label].set_index("metric")
+        cells = ["n/a" if m not in part.index or pd.isna(part.loc[m, "mean"]) else f"{part.loc[m, 'mean']:.2f}"
+                 for m in metrics]  # fmt: skip
+        n = int(part.loc[f"session_any@{k}", "n"]) if f"session_any@{k}" in part.index else 0
+        rows.append([label, *cells, n])
+    return markdown(header, rows)
+
+
+DEFINITIONS = (
+    "turn / session: gold and ranked ids at that granularity (a turn's session: D3:5 -> D3); any: some gold id in the"
+    " top k; all: every gold id in the top k; R: share of the gold ids in the top k (Table 1's R@k at turn level);"
+    " N: binary NDCG (Table 1's N@k at turn level); unit P: share of the top k returned units that hold any gold id"
+    " (a merged unit counts once). LongMemEval's units carry sessions: its turn columns are n/a and its unit P is at"
+    " session level. Questions without gold ids and LongMemEval abstention questions are left out (n). Definitions:"
+    " docs/PROTOCOL.md, 'Retrieval at every granularity'.",
+)

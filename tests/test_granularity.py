@@ -1,0 +1,101 @@
+"""Retrieval at every granularity (allmem/metrics/granularity.py) on hand-made rankings, every value by hand."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from allmem.metrics.granularity import granular, names, session_of
+from benchmarks import load_dataset
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_session_of() -> None:
+    assert session_of("D3:5") == "D3"
+    assert session_of("answer_7161e7e2_1:4") == "answer_7161e7e2_1"
+    assert session_of("answer_7161e7e2_1") == "answer_7161e7e2_1"  # a session id already
+
+
+def test_a_merged_unit_with_three_evidence_turns() -> None:
+    # units best first: a merged unit holding three gold turns of session 1, a unit of an unrelated turn,
+    # a unit holding the fourth gold turn (session 2)
+    units = [("D1:1", "D1:2", "D1:3"), ("D5:9",), ("D2:4",)]
+    ranked = ["D1:1", "D1:2", "D1:3", "D5:9", "D2:4"]  # rank_source_ids of those units
+    gold = ["D1:1", "D1:2", "D1:3", "D2:4"]
+    out = granular(ranked, units, gold, (), ks=(1, 3))
+    # turn level, k=3: top ids D1:1..D1:3 -> 3 of 4 gold: any 1, all 0, recall 3/4
+    assert (out["turn_any@3"], out["turn_all@3"], out["turn_recall@3"]) == (1.0, 0.0, 0.75)
+    # NDCG@3: hits at ranks 1, 2, 3: DCG = 1 + 1/log2(3) + 1/2; ideal over min(4, 3) = 3: the same -> 1
+    assert out["turn_ndcg@3"] == pytest.approx(1.0)
+    # unit precision@3: units 1 and 3 hold gold, unit 2 does not -> 2/3; @1: 1/1
+    assert out["P@3"] == pytest.approx(2 / 3) and out["P@1"] == 1.0
+    # session level: ranked sessions D1, D5, D2; gold sessions {D1, D2}: k=1 -> any 1, all 0, recall 1/2
+    assert (out["session_any@1"], out["session_all@1"], out["session_recall@1"]) == (1.0, 0.0, 0.5)
+    # k=3: both found; NDCG hits at ranks 1 and 3: (1 + 1/2) / (1 + 1/log2(3))
+    assert out["session_all@3"] == 1.0
+    assert out["session_ndcg@3"] == pytest.approx(1.5 / (1 + 1 / math.log2(3)))
+    # turn level @1: only D1:1 -> recall 1/4; NDCG 1 / ideal 1 = 1
+    assert out["turn_recall@1"] == 0.25 and out["turn_ndcg@1"] == 1.0
+    assert list(out) == names((1, 3))
+
+
+def test_fewer_units_than_k_count_as_misses_and_no_gold_is_none() -> None:
+    out = granular(["D1:1"], [("D1:1",)], ["D1:1"], (), ks=(5,))
+    assert out["P@5"] == pytest.approx(1 / 5) and out["turn_all@5"] == 1.0
+    empty = granular(["D1:1"], [("D1:1",)], [], (), ks=(5,))
+    assert all(v is None for v in empty.values())
+
+
+def test_longmemeval_units_carry_sessions_so_turn_level_is_not_measured() -> None:
+    units = [("s2",), ("s1",)]
+    out = granular(["s2", "s1"], units, ["s1:3"], ["s1"], ks=(1, 2), turn_level=False)
+    assert out["turn_any@2"] is None and out["turn_ndcg@2"] is None
+    assert (out["session_any@1"], out["session_any@2"], out["P@1"], out["P@2"]) == (0.0, 1.0, 0.0, 0.5)
+    # NDCG@2: the one gold session at rank 2 -> (1/log2(3)) / 1
+    assert out["session_ndcg@2"] == pytest.approx(1 / math.log2(3))
+
+
+def test_longmemeval_loader_reads_has_answer_turn_ids() -> None:
+    conf = {"name": "longmemeval_s", "_target_": "benchmarks.longmemeval.load_longmemeval",
+            "path": str(REPO / "tests" / "fixtures" / "longmemeval_s_tiny.json")}  # fmt: skip
+    first = load_dataset(conf)[0].questions[0]
+    # the fixture's first question: session answer_7161e7e2_1's turn 0 has has_answer true
+    assert first.evidence == ("answer_7161e7e2_1",)
+    assert first.evidence_turns == ("answer_7161e7e2_1:0",)
+    assert {session_of(t) for t in first.evidence_turns} <= set(first.evidence)
+
+
+def test_runs_record_units_and_turn_gold_and_the_table_reads_them(tmp_path: Path) -> None:
+    from hydra import compose, initialize_config_dir
+
+    from allmem.report import retrieval
+    from allmem.report.runs import load_run
+    from allmem.run import files
+    from allmem.run.runner import run
+
+    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[
+            "+debug=default", "dataset=longmemeval_s", "method=naive_rag", f"run.root={tmp_path}",
+            f"paths.cache_dir={tmp_path / 'c'}",
+        ])  # fmt: skip
+    run_dir = run(cfg)
+    records = files.read_jsonl(run_dir / files.PREDICTIONS)
+    first = records[0]
+    assert first["evidence_turns"] == ["answer_7161e7e2_1:0"]
+    assert first["ranked_units"] and len(first["ranked_units"]) <= 10  # the top max(ks) units
+    assert all(
+        len(u) == 1 for u in first["ranked_units"]
+    )  # naive_rag: one turn per unit, credited by session
+    table = retrieval.compute([load_run(run_dir)])
+    p1 = table.set_index("metric").loc["P@1"]
+    # unit P@1 by hand: the share of questions whose first unit comes from an answer session
+    expected = [
+        float(bool(set(r["ranked_units"][0]) & set(r["evidence"])))
+        for r in records
+        if "_abs" not in r["question_id"]
+    ]
+    assert p1["mean"] == pytest.approx(100 * sum(expected) / len(expected)) and p1["n"] == len(expected)
+    assert table.set_index("metric").loc["turn_any@5", "n"] == 0  # LongMemEval units carry sessions
