@@ -206,7 +206,9 @@ def test_a_merge_cut_short_is_redone_without_writing_a_line_twice(tmp_path):
 
 def test_the_circuit_breaker_stops_every_worker_and_seals_nothing(tmp_path):
     """An endpoint that fails every chat call: each worker's client opens its breaker after two failed calls, the
-    parent dispatches nothing more, the attempt is recorded as stopped and the run is not sealed."""
+    parent dispatches nothing more, the attempt is recorded as stopped and the run is not sealed. One question at a
+    time per worker (``llm.max_concurrency=1``), so each failed question is written before the breaker opens; with
+    concurrent questions which one the breaker stops on is a race (tests/test_online_scale.py)."""
     from tests.llm_stub import StubLLM
 
     stub = StubLLM().start()
@@ -215,7 +217,7 @@ def test_the_circuit_breaker_stops_every_worker_and_seals_nothing(tmp_path):
         res = allmem_run(
             tmp_path, "+debug=default", "dataset=locomo", "method=bm25", "llm=openai", f"llm.base_url={stub.base_url}",
             "llm.api_key_env=SCALE_KEY", "llm.rpm=null", "llm.tpm=null", "llm.max_retries=0", "llm.breaker_after=2",
-            "run.workers=2", environ=env(SCALE_KEY="sk-scale-test"),
+            "llm.max_concurrency=1", "run.workers=2", environ=env(SCALE_KEY="sk-scale-test"),
         )  # fmt: skip
     finally:
         stub.stop()
