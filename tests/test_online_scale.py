@@ -95,7 +95,11 @@ def test_ctrl_c_while_questions_wait_on_a_hanging_call_ends_at_once(tmp_path: Pa
         _, err = proc.communicate(timeout=20)
         assert time.monotonic() - t0 < 10  # not after the hanging call's 30 s
         assert proc.returncode == 128 + signal.SIGINT, err[-2000:]
-        assert err.strip().splitlines()[-1].startswith("allmem run: error: interrupted by SIGINT")
+        # one error line (a request finishing in a daemon thread may still log after it)
+        assert any(x.startswith("allmem run: error: interrupted by SIGINT") for x in err.splitlines()[-3:]), (
+            err
+        )
+
         assert not (tmp_path / "runs" / "r" / files.DONE).exists()
     finally:
         if proc.poll() is None:
@@ -219,6 +223,7 @@ def _two_callers(stub: StubLLM, tmp_path: Path, run_dirs: tuple[Path, Path], exp
         subprocess.Popen(
             [sys.executable, "-c", _CALLER, stub.base_url, str(d), f"p{i}"],
             env=env,
+            cwd=tmp_path,  # caches (tiktoken's too) land in the current folder: never the checkout
             stdout=subprocess.PIPE,
             text=True,
         )  # fmt: skip

@@ -63,6 +63,7 @@ def test_atc_events_tolerate_a_torn_tail(tmp_path: Path) -> None:
 def test_every_appender_syncs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The ledger and the ATC events are appended through the one appender, flushed per line and synced (before,
     neither synced, so a power cut could lose lines the run had counted); with ``SYNC_EVERY_S`` 0, every line."""
+    files.close_appenders()  # files other tests left open would be synced when closed to make room
     synced: list[int] = []
     real = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])

@@ -15,7 +15,7 @@ import pytest
 from allmem.cli import main as cli_main
 from allmem.errors import ConfigError
 from allmem.run import compare, files, parallel, shards
-from tests.faultkit import allmem_run, common, done_dir, env
+from tests.faultkit import Result, allmem_run, common, done_dir, env
 
 LME = ("+debug=default", "dataset=longmemeval_s", "method=allmem")  # 3 haystacks, ATC events and LLM calls
 
@@ -63,6 +63,11 @@ DYING = (
 )  # fmt: skip
 
 
+def _dying_run(where: Path, *args: str) -> Result:
+    """``allmem run`` with ``tests.faultkit`` importable in the run's processes (they start outside the checkout)."""
+    return allmem_run(where, *args, environ=env(PYTHONPATH=str(Path(__file__).resolve().parents[1])))
+
+
 def _no_question_asked_twice(run: Path) -> None:
     """One prediction per question, and no answer call for a question after the attempt that answered it."""
     preds = _rows(run, files.PREDICTIONS)
@@ -86,11 +91,11 @@ def test_a_dead_worker_or_shard_leaves_the_run_unsealed_and_the_rerun_completes_
     marker = tmp_path / "died"  # the method dies once, at conv-2's third question, unless this file exists
     args = (*DYING, f"+method.marker={marker}")
     marker.write_text("not this time\n")
-    clean = done_dir(allmem_run(tmp_path, *args))
+    clean = done_dir(_dying_run(tmp_path, *args))
     marker.unlink()
 
     (tmp_path / "w").mkdir()
-    killed = allmem_run(tmp_path / "w", *args, "run.workers=2")
+    killed = _dying_run(tmp_path / "w", *args, "run.workers=2")
     assert killed.rc == 1 and marker.exists()
     assert "a worker process died" in killed.last_line() and "is not complete (no DONE)" in killed.last_line()
     rel = clean.relative_to(tmp_path / "runs")
@@ -106,7 +111,7 @@ def test_a_dead_worker_or_shard_leaves_the_run_unsealed_and_the_rerun_completes_
         False,
         False,
     ]  # 2 answered, then died
-    resumed = allmem_run(tmp_path / "w", *args, "run.workers=2")
+    resumed = _dying_run(tmp_path / "w", *args, "run.workers=2")
     assert done_dir(resumed) == run
     _no_question_asked_twice(run)
     assert {
@@ -118,13 +123,13 @@ def test_a_dead_worker_or_shard_leaves_the_run_unsealed_and_the_rerun_completes_
 
     marker.unlink()
     (tmp_path / "s").mkdir()
-    assert allmem_run(tmp_path / "s", *args, "run.shard=1/2").rc == 0  # conv-1 only
-    dead = allmem_run(tmp_path / "s", *args, "run.shard=2/2")  # the whole shard process dies in conv-2
+    assert _dying_run(tmp_path / "s", *args, "run.shard=1/2").rc == 0  # conv-1 only
+    dead = _dying_run(tmp_path / "s", *args, "run.shard=2/2")  # the whole shard process dies in conv-2
     assert dead.rc == 3 and marker.exists()
     sharded = tmp_path / "s" / "runs" / rel
     assert not (sharded / files.DONE).exists()
     assert len(_rows(sharded / files.SHARDS / "2-of-2", files.PREDICTIONS)) == 2
-    assert done_dir(allmem_run(tmp_path / "s", *args, "run.shard=2/2")) == sharded
+    assert done_dir(_dying_run(tmp_path / "s", *args, "run.shard=2/2")) == sharded
     _no_question_asked_twice(sharded)
     _same_but_spent(clean, sharded)
 

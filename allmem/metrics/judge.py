@@ -131,3 +131,17 @@ def judge_record(
     if errors:  # a failed call is no verdict: the runner records the question as failed
         out["error"] = errors[0]
     return out
+
+
+def judge_records(
+    llm: Any, records: Sequence[Mapping[str, Any]], protocol: Any, n_votes: int | None = None
+) -> list[dict[str, Any] | None]:
+    """``judge_record`` for each record, concurrently up to the client's ``max_concurrency``; order kept
+    (``allmem judge`` judges a finished run's saved answers this way)."""
+    workers = max(1, int(getattr(llm, "max_concurrency", 1)))
+    if workers == 1 or len(records) <= 1:
+        return [judge_record(llm, r, protocol, n_votes) for r in records]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(workers, len(records))) as pool:
+        return list(pool.map(lambda r: judge_record(llm, r, protocol, n_votes), records))
