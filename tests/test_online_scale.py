@@ -217,13 +217,14 @@ _CALLER = textwrap.dedent(
 def _two_callers(stub: StubLLM, tmp_path: Path, run_dirs: tuple[Path, Path], expect: int) -> list[int]:
     """Two processes of six calls each at rpm 6: the stub's requests per second, counted until ``expect`` have
     arrived and then two seconds more (each process makes its six calls well within that when not paced)."""
-    env = {"ALLMEM_SCALE_KEY": KEY, "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    env = {"ALLMEM_SCALE_KEY": KEY, "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+           "ALLMEM_CACHE": str(tmp_path / "cache"), "TIKTOKEN_CACHE_DIR": str(tmp_path / "tiktoken")}
     since = time.monotonic()
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", _CALLER, stub.base_url, str(d), f"p{i}"],
             env=env,
-            cwd=tmp_path,  # caches (tiktoken's too) land in the current folder: never the checkout
+            cwd=tmp_path,  # with ALLMEM_CACHE and TIKTOKEN_CACHE_DIR above: nothing lands in the checkout
             stdout=subprocess.PIPE,
             text=True,
         )  # fmt: skip
