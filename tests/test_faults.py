@@ -221,8 +221,11 @@ def test_a_traceback_only_when_asked_for(tmp_path):
 @pytest.mark.slow
 def test_a_second_run_of_the_same_config_fails_at_once_and_a_killed_holder_never_blocks(tmp_path):
     stub = StubLLM().start()
-    stub.script(("delay", 15.0))  # the first chat call hangs: the first run holds the lock meanwhile
-    args = _openai(stub.base_url, "llm.timeout_s=60")
+    # The first chat call hangs for longer than the second run can take on a loaded machine, and the holder asks
+    # one question at a time, so the holder writes nothing either while the second run tries (with concurrent
+    # questions, or a 15 s hang under a full test suite, the holder's own records made that check a race).
+    stub.script(("delay", 90.0))
+    args = _openai(stub.base_url, "llm.timeout_s=120", "llm.max_concurrency=1")
     try:
         holder = popen_run(tmp_path, *args, environ=_keyed())
         lock = None
