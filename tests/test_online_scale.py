@@ -217,8 +217,14 @@ _CALLER = textwrap.dedent(
 def _two_callers(stub: StubLLM, tmp_path: Path, run_dirs: tuple[Path, Path], expect: int) -> list[int]:
     """Two processes of six calls each at rpm 6: the stub's requests per second, counted until ``expect`` have
     arrived and then two seconds more (each process makes its six calls well within that when not paced)."""
-    env = {"ALLMEM_SCALE_KEY": KEY, "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
-           "ALLMEM_CACHE": str(tmp_path / "cache"), "TIKTOKEN_CACHE_DIR": str(tmp_path / "tiktoken")}
+    env = {
+        "ALLMEM_SCALE_KEY": KEY,
+        "PYTHONPATH": str(REPO),
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "ALLMEM_CACHE": str(tmp_path / "cache"),
+        "TIKTOKEN_CACHE_DIR": str(tmp_path / "tiktoken"),
+    }
     since = time.monotonic()
     procs = [
         subprocess.Popen(
