@@ -13,6 +13,19 @@ Lifecycle per dialogue::
         system.end_session(session.info)
     system.end_stream()
     result = system.retrieve(query_text, question_date)   # many times
+
+With ``protocol.ask`` = ``after_evidence`` or ``both`` (``allmem.run.asking``) questions are also asked mid-stream,
+right after ``end_session`` of the session that holds their last evidence turn::
+
+        system.end_session(session.info)
+        system.checkpoint()                             # once, before that session's questions
+        result = system.retrieve(query_text, question_date)
+
+The contract (docs/DESIGN.md, "Questions along the stream"): ``checkpoint`` makes every turn ingested so far
+searchable (it flushes write buffers and builds indexes); it never runs consolidation that the system's own
+schedule has not triggered, and never the end-of-stream work (``end_stream`` alone does that). A mid-stream
+``retrieve`` sees only turns ingested before it: the harness has not streamed the later ones yet, and the bank
+cache (which holds a whole stream's bank) is off unless every question is asked at the end.
 """
 
 from __future__ import annotations
@@ -64,6 +77,11 @@ class MemorySystem(ABC):
 
     def end_stream(self) -> None:  # noqa: B027 - optional hook
         """No more turns will come for this dialogue."""
+
+    def checkpoint(self) -> None:  # noqa: B027 - optional hook
+        """Questions come mid-stream: make every turn ingested so far searchable (flush buffered writes, build
+        indexes), without forcing consolidation or end-of-stream work. The default does nothing: right for a
+        system whose ``retrieve`` already sees every ingested turn."""
 
     @abstractmethod
     def retrieve(self, query: str, when: datetime | None = None) -> RetrievalResult:

@@ -203,7 +203,10 @@ class RecordError(ValueError):
 # The version of the records a run writes (``Prediction``, ``CallRecord``, system stats, ATC events). Bump it once
 # per change of fields, here, with the change; every attempt's manifest entry records it (``records``), so a
 # reader can tell which fields a run's files hold. docs/DESIGN.md keeps the history.
-RECORD_VERSION = 3  # 2: ranked_units, evidence_turns; latency_ms retrieve_search, query_embed; turn_write_ms; 3: ATC edit texts
+RECORD_VERSION = 4  # 2: ranked_units, evidence_turns; latency_ms retrieve_search, query_embed; turn_write_ms; 3: ATC edit texts
+# 4: ask point (``Prediction.ask``, ``Prediction.since``)
+ASK_POINTS = ("end", "after_evidence")  # where a question is asked (allmem.run.asking); records without ``ask``: end
+ASK_MODES = {"end": ("end",), "after_evidence": ("after_evidence",), "both": ("after_evidence", "end")}  # protocol.ask
 
 
 @dataclass(frozen=True)
@@ -262,6 +265,13 @@ class Prediction:
     attempt: int = 1
     ranked_units: tuple[tuple[str, ...], ...] = ()  # the source ids of each of the top units (unit precision)
     evidence_turns: tuple[str, ...] = ()  # LongMemEval: has_answer turn ids (``evidence`` holds sessions)
+    ask: str = "end"  # the ask point (ASK_POINTS); with protocol.ask=both a question has a record per point
+    since: dict[str, int] | None = None  # turns / sessions streamed after the last evidence turn when asked
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """What identifies a record in a run: (dialogue, question, ask point)."""
+        return (self.dialogue_id, self.question_id, self.ask)
 
     @property
     def verdict(self) -> str | None:
@@ -298,6 +308,9 @@ class Prediction:
             out["ranked_units"] = [list(u) for u in self.ranked_units]
         if self.evidence_turns:
             out["evidence_turns"] = list(self.evidence_turns)
+        out["ask"] = self.ask
+        if self.since is not None:
+            out["since"] = dict(self.since)
         return out
 
     @classmethod
@@ -342,6 +355,16 @@ class Prediction:
         if not isinstance(answer, Mapping):
             raise RecordError(f"{where}: field 'answer' must be an object, got {type(answer).__name__}")
         known = {f.name for f in fields(AnswerInfo)}
+        ask = raw.get("ask") or "end"
+        if ask not in ASK_POINTS:
+            raise RecordError(f"{where}: field 'ask' must be one of {ASK_POINTS}, got {ask!r}")
+        since = raw.get("since")
+        if since is not None and (
+            not isinstance(since, Mapping)
+            or set(since) != {"turns", "sessions"}
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in since.values())
+        ):
+            raise RecordError(f"{where}: field 'since' must be {{'turns': n, 'sessions': m}} (n, m >= 0)")
         return cls(
             question_id=qid,
             dialogue_id=dialogue_id or "",
@@ -365,6 +388,8 @@ class Prediction:
             evidence_turns=_ids(raw, "evidence_turns", where)
             if raw.get("evidence_turns") is not None
             else (),
+            ask=ask,
+            since=dict(since) if since is not None else None,
         )
 
     def scoring_view(self) -> dict[str, Any]:
@@ -382,6 +407,8 @@ class Prediction:
             "verdict": self.verdict,
             "ranked_units": [list(u) for u in self.ranked_units],
             "evidence_turns": list(self.evidence_turns),
+            "ask": self.ask,
+            "since": None if self.since is None else dict(self.since),
         }
 
 

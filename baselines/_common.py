@@ -44,6 +44,9 @@ class SessionWriter(MemorySystem):
     def end_stream(self) -> None:
         self.flush()
 
+    def checkpoint(self) -> None:
+        self.flush()  # a mid-stream question: the queued turns are written first (allmem.systems)
+
     def flush(self) -> None:
         raise NotImplementedError
 

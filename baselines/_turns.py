@@ -42,6 +42,9 @@ class TurnMemory(MemorySystem):
     def ingest(self, turn: Turn) -> None:
         self.turns.append(turn)
 
+    def checkpoint(self) -> None:
+        self.end_stream()  # a turn list's end_stream only builds its index (embeddings, BM25 statistics)
+
     def ranked(self, scores: np.ndarray, timings_ms: dict[str, float]) -> RetrievalResult:
         """Top ``k`` turns by score, ties broken by stream order (stable sort), best first."""
         order = np.argsort(-scores, kind="stable")

@@ -148,6 +148,9 @@ class HippoRAG2(MemorySystem):
         self.openie()
         self.build()
 
+    def checkpoint(self) -> None:
+        self.build()  # a mid-stream question: the graph over every passage so far (build runs openie first)
+
     # ------------------------------------------------------------ indexing
     def openie(self) -> None:
         """NER then triple extraction for the passages not yet indexed."""

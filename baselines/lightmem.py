@@ -126,6 +126,12 @@ class LightMem(SessionWriter):
         self.add_segments(self.cut(force=True), force_extract=True)
         self.sleep_update()
 
+    def checkpoint(self) -> None:
+        """A mid-stream question: both buffers are extracted (as at the stream's end) so every turn so far is
+        searchable; the offline ``sleep_update`` waits for ``end_stream``."""
+        self.flush()
+        self.add_segments(self.cut(force=True), force_extract=True)
+
     # ------------------------------------------------------------ write path
     def flush(self) -> None:
         turns, self.pending = self.pending, []

@@ -226,6 +226,18 @@ class AllMem(MemorySystem):
         if not self._held("end_session", session):
             self._process("end_session", session)
 
+    def checkpoint(self) -> None:
+        """A question comes mid-stream: write the turns the writer still buffers (``end_session`` already wrote
+        them when the question follows a session) and bring the index up to date. ATC keeps its own schedule;
+        the end-of-stream consolidation waits for ``end_stream``."""
+        if self.bank_cache is not None:
+            raise ValueError("All-Mem: a mid-stream question needs run.bank_cache off (the cache holds whole streams)")
+        t0 = time.perf_counter()
+        self.writer.flush()
+        self._ingest_s += time.perf_counter() - t0
+        if self.retriever is not None:
+            self.retriever.sync()
+
     def end_stream(self) -> None:
         if self._expect is not None and self._expect.complete:
             self._load_cached(self._expect.path)

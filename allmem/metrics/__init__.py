@@ -26,7 +26,7 @@ from allmem.metrics.protocols import (
 )
 from allmem.metrics.retrieval import rank_source_ids
 from allmem.run.files import CONFIG, PREDICTIONS, iter_jsonl, read_config_data
-from allmem.types import Prediction
+from allmem.types import ASK_POINTS, Prediction
 
 __all__ = [
     "Protocol",
@@ -55,7 +55,7 @@ def _validate_all(records: Sequence[Any], places: Sequence[str]) -> list[dict[st
                 "run it again to retry its failed questions, then score it"
             )
         rec = pred.scoring_view()
-        key = (rec["dialogue_id"], rec["question_id"])
+        key = (rec["dialogue_id"], rec["question_id"], rec["ask"])  # protocol.ask=both: a record per ask point
         if key in seen:
             raise RecordError(
                 f"{where}: field 'question_id': duplicate {rec['question_id']!r} (first at {seen[key]})"
@@ -73,6 +73,20 @@ def score_records(
     summary with the answer-key errata applied, and which questions they changed."""
     proto = as_protocol(protocol)
     valid = _validate_all(records, [f"record {i}" for i in range(len(records))])
+    points = sorted({r["ask"] for r in valid}, key=ASK_POINTS.index)
+    if len(points) > 1:  # protocol.ask=both: the summary of each ask point, the end one also at the top
+        out = _summary(valid, proto, dataset, "end")
+        out["by_ask"] = {p: _summary(valid, proto, dataset, p) for p in points}
+        return out
+    return _summary(valid, proto, dataset, None)
+
+
+def _summary(
+    valid: list[dict[str, Any]], proto: Protocol, dataset: str | None, ask: str | None
+) -> dict[str, Any]:
+    """``summarise`` (+ the errata block) of the records asked at ``ask`` (every record when None)."""
+    if ask is not None:
+        valid = [r for r in valid if r["ask"] == ask]
     out = summarise(valid, proto)
     if dataset is not None and (block := errata_block(valid, proto, dataset)) is not None:
         out["errata"] = block

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from allmem.metrics import qa, retrieval
 from allmem.reader import framing
-from allmem.types import VERDICTS, Prediction, RecordError
+from allmem.types import ASK_MODES, VERDICTS, Prediction, RecordError
 
 __all__ = [
     "PROTOCOLS", "VERDICTS", "Protocol", "RecordError", "as_protocol", "get_protocol", "validate_record",
@@ -63,6 +63,7 @@ class Protocol:
     name: str
     ks: tuple[int, ...]  # the cut-offs of R@k / N@k; stated once, in configs/config.yaml (protocol.ks)
     table_k: int
+    ask: str = "end"  # protocol.ask: when questions are asked (end | after_evidence | both; allmem.run.asking)
     option_categories: ClassVar[tuple[int, ...]] = framing.OPTION_CATEGORIES
 
     # -- asking ------------------------------------------------------------------------------------------
@@ -251,7 +252,9 @@ PROTOCOLS: dict[str, type[Protocol]] = {
 }
 
 
-def get_protocol(name: str, ks: Sequence[int] | None = None, table_k: int | None = None) -> Protocol:
+def get_protocol(
+    name: str, ks: Sequence[int] | None = None, table_k: int | None = None, ask: str | None = None
+) -> Protocol:
     """Build a protocol by name (also the ``_target_`` of ``configs/protocol/*.yaml``). ``ks`` / ``table_k`` left
     out: the values of ``configs/config.yaml`` (``allmem.defaults.cutoffs``), the one place they are stated."""
     if name not in PROTOCOLS:
@@ -267,7 +270,9 @@ def get_protocol(name: str, ks: Sequence[int] | None = None, table_k: int | None
         raise ValueError(f"protocol ks must be positive integers, got {list(ks)!r}")
     if int(table_k) not in ks_t:
         raise ValueError(f"protocol table_k={table_k} must be one of ks={list(ks_t)}")
-    return PROTOCOLS[name](name=name, ks=ks_t, table_k=int(table_k))
+    if ask is not None and ask not in ASK_MODES:
+        raise ValueError(f"protocol.ask={ask!r}: choose one of {list(ASK_MODES)}")
+    return PROTOCOLS[name](name=name, ks=ks_t, table_k=int(table_k), ask=ask or "end")
 
 
 def as_protocol(protocol: str | Protocol | Any) -> Protocol:
@@ -283,5 +288,5 @@ def as_protocol(protocol: str | Protocol | Any) -> Protocol:
         node = dict(protocol)
         if "name" not in node:
             raise ValueError(f"protocol config has no name: {sorted(map(str, node))}")
-        return get_protocol(str(node["name"]), node.get("ks"), node.get("table_k"))
+        return get_protocol(str(node["name"]), node.get("ks"), node.get("table_k"), node.get("ask"))
     raise TypeError(f"not a protocol: {protocol!r}")

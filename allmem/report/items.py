@@ -25,7 +25,7 @@ from allmem.run import files
 
 log = logging.getLogger("allmem.report")
 JUDGE = "judge"  # 1 = yes, 0 = no, NaN = invalid or not judged (left out of the 4o-J denominator)
-KEYS = ("dialogue_id", "question_id")
+KEYS = ("dialogue_id", "question_id", "ask")  # ask: the ask point (protocol.ask=both gives two rows a question)
 
 
 def _score(run: Run) -> pd.DataFrame:
@@ -37,6 +37,7 @@ def _score(run: Run) -> pd.DataFrame:
     rows = []
     for rec, item in zip(records, items, strict=True):
         row: dict[str, object] = {k: rec.get(k) for k in KEYS}
+        row["ask"] = rec.get("ask") or "end"
         row["group"] = str(rec["category"]) if rec.get("category") is not None else rec.get("question_type")
         row["included"] = item is not None
         row["context_tokens"] = rec.get("context_tokens")
@@ -77,7 +78,7 @@ def _item_frame(run: Run, use_cache: bool) -> pd.DataFrame:
     data = path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()[:24]
     proto = run.protocol
-    key = f"{digest}-{cache_store.code_key(('allmem/metrics', 'allmem/reader/framing.py'), proto.name, list(proto.ks), length=12)}"
+    key = f"{digest}-{cache_store.code_key(('allmem/metrics', 'allmem/reader/framing.py'), proto.name, list(proto.ks), list(KEYS), length=12)}"
     cached = cache_dir() / "report" / "items" / f"{key}.parquet"
     n_lines = sum(1 for line in data.splitlines() if line.strip())
 

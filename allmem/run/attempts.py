@@ -22,7 +22,7 @@ from allmem.errors import ConfigError, RunCorrupt, RunLocked, expected_errors, i
 from allmem.fingerprint import source_fingerprint
 from allmem.llm.ledger import totals_of
 from allmem.paths import repo_root
-from allmem.run import files
+from allmem.run import asking, files
 from allmem.types import RECORD_VERSION, Dialogue
 
 log = logging.getLogger("allmem.run")
@@ -180,9 +180,12 @@ def attempts(run_dir: Path) -> list[dict[str, Any]]:
     return list(_read_manifest(run_dir).get("attempts") or ())
 
 
-def resume(run_dir: Path, dialogues: Sequence[Dialogue]) -> tuple[set[str], list[str]]:
-    """Make the directory's records true before an attempt; return the answered question ids and the ids of
-    the dialogues to ingest (again). What is cut and dropped, and why: docs/DESIGN.md, "Failure rules of a run"."""
+def resume(
+    run_dir: Path, dialogues: Sequence[Dialogue], ask: str = "end"
+) -> tuple[set[tuple[str, str]], list[str]]:
+    """Make the directory's records true before an attempt; return the answered (question id, ask point) keys
+    and the ids of the dialogues to ingest (again) under ``protocol.ask`` = ``ask``. What is cut and dropped, and
+    why: docs/DESIGN.md, "Failure rules of a run"."""
     for path in sorted(run_dir.glob("*.jsonl")):
         cut = files.repair_jsonl(path)
         if cut:
@@ -192,7 +195,7 @@ def resume(run_dir: Path, dialogues: Sequence[Dialogue]) -> tuple[set[str], list
     if failed:
         log.info("%d failed questions of an earlier attempt will be asked again", failed)
     done = files.completed_ids(run_dir)
-    redo = [d.id for d in dialogues if any(q.id not in done for q in d.questions)]
+    redo = [d.id for d in dialogues if asking.todo(d.questions, ask, done)]
     again = set(redo)
     files.drop_lines(run_dir / files.SYSTEM_STATS, lambda r: r.get("dialogue_id") in again)
     files.drop_lines(run_dir / files.EVENTS, lambda r: r.get("dialogue") in again)

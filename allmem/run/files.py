@@ -423,9 +423,14 @@ class JsonlWriter:
         self.close()
 
 
-def completed_ids(run_dir: Path) -> set[str]:
-    """Questions answered for good: a failed line (``error`` set) does not count, so it is asked again."""
-    return {r["question_id"] for r in read_jsonl(run_dir / PREDICTIONS) if r.get("error") is None}
+def completed_ids(run_dir: Path) -> set[tuple[str, str]]:
+    """(question id, ask point) of the records answered for good (a record without ``ask``: "end"): a failed
+    line (``error`` set) does not count, so it is asked again."""
+    return {
+        (r["question_id"], r.get("ask") or "end")
+        for r in read_jsonl(run_dir / PREDICTIONS)
+        if r.get("error") is None
+    }
 
 
 def sha256_file(path: str | os.PathLike[str]) -> str:

@@ -54,6 +54,8 @@ def identity(cfg: DictConfig | dict[str, Any]) -> dict[str, Any]:
     """The resolved config without the keys in ``NOT_IDENTITY``: what a run's results depend on, besides data.
     A plain dict (a stored config, ``files.read_config_data``) is taken as it is, never resolved."""
     data = cfg if isinstance(cfg, dict) else files.plain(cfg)
+    if isinstance(data.get("protocol"), dict) and data["protocol"].get("ask", "end") == "end":
+        data = _drop_keys(data, ("protocol.ask",))  # the default ask point: hashes of earlier runs hold
     dataset = data.get("dataset")
     if (
         isinstance(dataset, dict)

@@ -33,14 +33,14 @@ from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from allmem.errors import ConfigError
-from allmem.run import files
+from allmem.run import asking, files
 from allmem.types import Dialogue
 
 log = logging.getLogger("allmem.run")
@@ -127,7 +127,7 @@ def recover(out_dir: Path) -> int:
 class _Task:
     index: int  # the dialogue's position in the run's sequence
     source: Sequence[Dialogue]  # that one dialogue: dialogues[index:index + 1]
-    done: frozenset[str]  # its questions already answered
+    done: frozenset[tuple[str, str]]  # its (question id, ask point) pairs already answered
     attempt: int
     part: str
 
@@ -139,18 +139,20 @@ class _Outcome:
 
 
 def answer_all(
-    cfg: DictConfig, out_dir: Path, dialogues: Sequence[Dialogue], done: set[str], redo: set[str], attempt: int,
-    bar: Any,
+    cfg: DictConfig, out_dir: Path, dialogues: Sequence[Dialogue], done: set[tuple[str, str]], redo: set[str],
+    attempt: int, bar: Any,
 ) -> BaseException | None:  # fmt: skip
     """The parallel ``runner._answer_all``: every dialogue in ``redo`` with unanswered questions, by
     ``run.workers`` processes; parts merged in the dataset's order. Returns the ``CircuitOpen`` that stopped it,
     else None; an error raised in a worker is raised here once the finished parts are merged."""
     from allmem.llm.client import CircuitOpen
 
-    answered: dict[int, frozenset[str]] = {}  # per dialogue to answer, its questions already answered
+    ask = str(cfg.protocol.get("ask", "end"))
+    answered: dict[int, frozenset[tuple[str, str]]] = {}  # per dialogue to answer, its keys already answered
     for i, d in enumerate(dialogues):  # one pass: a LongMemEval dialogue is decoded from its span each time
-        if d.id in redo and any(q.id not in done for q in d.questions):
-            answered[i] = frozenset(q.id for q in d.questions if q.id in done)
+        if d.id in redo and asking.todo(d.questions, ask, done):
+            ids = {q.id for q in d.questions}
+            answered[i] = frozenset(k for k in done if k[0] in ids)
     plan = list(answered)
     n_workers = min(workers(cfg), max(len(plan), 1))
     cfg_data = files.plain(cfg)
@@ -172,7 +174,7 @@ def answer_all(
                 inflight[pool.submit(_work, task)] = i
             while order and order[0] in results:
                 i = order.popleft()
-                _merge_outcome(out_dir, dialogues, i, results.pop(i), done, attempt, bar)
+                _merge_outcome(out_dir, dialogues, i, results.pop(i), done, attempt, bar, ask)
             if not order or not inflight:
                 break  # all merged, or stopped: nothing more is dispatched
             finished, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
@@ -214,8 +216,8 @@ def answer_all(
 
 
 def _merge_outcome(
-    out_dir: Path, dialogues: Sequence[Dialogue], i: int, outcome: _Outcome | BaseException, done: set[str],
-    attempt: int, bar: Any,
+    out_dir: Path, dialogues: Sequence[Dialogue], i: int, outcome: _Outcome | BaseException,
+    done: set[tuple[str, str]], attempt: int, bar: Any, ask: str = "end",
 ) -> None:  # fmt: skip
     """Merge dialogue ``i``'s part; when its worker died, record its questions the part did not answer as
     failed (the run is then not complete and the rerun asks them again)."""
@@ -223,7 +225,9 @@ def _merge_outcome(
 
     part = part_dir(out_dir, i)
     recorded = (
-        {r["question_id"] for r in files.read_jsonl(part / files.PREDICTIONS)} if part.is_dir() else set()
+        {(r["question_id"], r.get("ask") or "end") for r in files.read_jsonl(part / files.PREDICTIONS)}
+        if part.is_dir()
+        else set()
     )
     if part.is_dir():
         merge_part(part, out_dir)
@@ -233,9 +237,9 @@ def _merge_outcome(
             f"a worker process died (killed, out of memory or a crash) while dialogue {dialogue.id} was in "
             "flight, which ends every dialogue then in flight; rerun to answer its questions"
         )
-        lost = [q for q in dialogue.questions if q.id not in done and q.id not in recorded]
-        for q in lost:
-            files.append_jsonl(out_dir / files.PREDICTIONS, _failed(q, why, attempt).to_json())
+        lost = [(q, p) for q, p in asking.todo(dialogue.questions, ask, done) if (q.id, p) not in recorded]
+        for q, p in lost:
+            files.append_jsonl(out_dir / files.PREDICTIONS, replace(_failed(q, why, attempt), ask=p).to_json())
         bar.update(len(lost) + len(recorded))
         log.warning("%s: %d question(s) recorded as failed", why, len(lost))
 
@@ -298,7 +302,7 @@ def _work(task: _Task) -> _Outcome:
     svc = runner.Services.build(cfg, part, embedder=_STATE["embedder"])
     if svc.ledger is not None:
         svc.ledger.set_attempt(task.attempt)
-    todo = [q for q in dialogue.questions if q.id not in task.done]
+    todo = asking.todo(dialogue.questions, str(cfg.protocol.get("ask", "end")), set(task.done))
     count = _Counter()
     try:
         with (

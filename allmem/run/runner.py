@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
@@ -32,10 +32,10 @@ from allmem.metrics import dataset_for, score_records
 from allmem.metrics.judge import invalid_warning
 from allmem.metrics.protocols import Protocol
 from allmem.metrics.retrieval import rank_source_ids
-from allmem.run import attempts, files, identity, parallel, preflight, questions, shards
+from allmem.run import asking, attempts, files, identity, parallel, preflight, questions, shards
 from allmem.run import timing as timers
 from allmem.systems import MemorySystem, Resources
-from allmem.types import AnswerInfo, AnswerRequest, Dialogue, Prediction, Question
+from allmem.types import ASK_MODES, AnswerInfo, AnswerRequest, Dialogue, Prediction, Question
 from benchmarks import load_dataset
 
 log = logging.getLogger("allmem.run")
@@ -67,15 +67,20 @@ def build(node: DictConfig, **available: Any) -> Any:
     return factory(**params)
 
 
-def ingest(system: MemorySystem, dialogue: Dialogue, progress: bool) -> dict[str, float]:
-    """Stream a dialogue chronologically; return write timings."""
+def ingest(
+    system: MemorySystem, dialogue: Dialogue, progress: bool, ask_at: Mapping[int, Callable[[], Any]] | None = None
+) -> dict[str, float]:
+    """Stream a dialogue chronologically; return write timings. ``ask_at`` (``protocol.ask`` other than end):
+    after session ``i`` ends, ``system.checkpoint()`` (timed as writing), then ``ask_at[i]()`` answers the
+    questions asked there (not timed as writing)."""
     system.reset(dialogue.id)
     n_turns = sum(len(s.turns) for s in dialogue.sessions)
     bar = tqdm(total=n_turns, desc=f"ingest {dialogue.id}", unit="turn", disable=not progress, leave=False)
     turn_ms: list[float] = []  # each ingest call, for the tail percentiles of Table 2 (run/timing.py)
     session_ms: list[float] = []  # each end_session call, likewise
+    asked_s = 0.0  # time spent answering mid-stream questions, taken out of the write time
     t0 = time.perf_counter()
-    for session in dialogue.sessions:
+    for i, session in enumerate(dialogue.sessions):
         system.start_session(session.info)
         for turn in session.turns:
             t_turn = time.perf_counter()
@@ -85,15 +90,20 @@ def ingest(system: MemorySystem, dialogue: Dialogue, progress: bool) -> dict[str
         t_session = time.perf_counter()
         system.end_session(session.info)  # where a buffering method writes what its turns held back
         session_ms.append(round(1000 * (time.perf_counter() - t_session), 4))
+        if ask_at and i in ask_at:
+            system.checkpoint()
+            t_ask = time.perf_counter()
+            ask_at[i]()
+            asked_s += time.perf_counter() - t_ask
     t_end = time.perf_counter()
     system.end_stream()
     t_stream = time.perf_counter()
     bar.close()
     return {
         "turns": n_turns,
-        "ingest_s": t_end - t0,
+        "ingest_s": t_end - t0 - asked_s,
         "end_stream_s": t_stream - t_end,
-        "write_ms_per_turn": 1000 * (t_end - t0) / max(n_turns, 1),
+        "write_ms_per_turn": 1000 * (t_end - t0 - asked_s) / max(n_turns, 1),
         "turn_write_ms": turn_ms,
         "session_end_ms": session_ms,
     }
@@ -225,7 +235,7 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
             if svc.ledger is not None:
                 svc.ledger.set_attempt(attempt)
             parallel.recover(out_dir)  # parts a killed attempt left go into the run files first
-            done, redo = attempts.resume(out_dir, mine)
+            done, redo = attempts.resume(out_dir, mine, protocol.ask)
             stopped = _answer_all(cfg, svc, protocol, mine, done, set(redo), attempt)
             status = "stopped" if stopped else "finished"
         except KeyboardInterrupt:
@@ -277,15 +287,15 @@ def seal(run_dir: Path, records: list[dict[str, Any]], protocol: Protocol, info:
 
 
 def _answer_all(
-    cfg: DictConfig, svc: Services, protocol: Protocol, dialogues: Sequence[Dialogue], done: set[str],
-    redo: set[str], attempt: int,
+    cfg: DictConfig, svc: Services, protocol: Protocol, dialogues: Sequence[Dialogue],
+    done: set[tuple[str, str]], redo: set[str], attempt: int,
 ) -> BaseException | None:  # fmt: skip
     """Ingest every dialogue in ``redo`` and answer its unanswered questions, appending each record as it is
     made: here, or in ``run.workers`` processes (``allmem.run.parallel``). Returns the ``CircuitOpen`` that
     stopped the attempt early, else None."""
     from allmem.llm.client import CircuitOpen
 
-    n_total = sum(len(d.questions) for d in dialogues)
+    n_total = sum(len(d.questions) for d in dialogues) * len(ASK_MODES[protocol.ask])
     bar = tqdm(
         total=n_total, initial=len(done), desc=f"{cfg.method.name}", unit="q", disable=not cfg.run.progress
     )
@@ -298,7 +308,7 @@ def _answer_all(
             files.JsonlWriter(svc.run_dir / files.SYSTEM_STATS) as stats_out,
         ):
             for dialogue in dialogues:
-                todo = [q for q in dialogue.questions if q.id not in done]
+                todo = asking.todo(dialogue.questions, protocol.ask, done)
                 if dialogue.id not in redo or not todo:
                     continue
                 answer_dialogue(
@@ -313,30 +323,46 @@ def _answer_all(
 
 def answer_dialogue(
     cfg: DictConfig, svc: Services, protocol: Protocol, judge: Callable[[dict[str, Any]], dict[str, Any] | None]
-    | None, dialogue: Dialogue, todo: list[Question], attempt: int, out: files.JsonlWriter,
+    | None, dialogue: Dialogue, todo: list[tuple[Question, str]], attempt: int, out: files.JsonlWriter,
     stats_out: files.JsonlWriter, answered: Callable[[int], Any] = lambda n: None,
 ) -> None:  # fmt: skip
-    """One dialogue: ingest it (one ``system_stats.jsonl`` line) and answer ``todo`` (a prediction line each,
-    ``answered(1)`` after each). The in-process loop and every worker process (``allmem.run.parallel``) run
-    this; ``CircuitOpen`` propagates."""
+    """One dialogue: ingest it (one ``system_stats.jsonl`` line) and answer ``todo`` ((question, ask point)
+    pairs; a prediction line each, ``answered(1)`` after each), each at its ask point (``allmem.run.asking``):
+    mid-stream ones after their session, the rest after ``end_stream``. The in-process loop and every worker
+    process (``allmem.run.parallel``) run this; ``CircuitOpen`` propagates."""
     ledger = svc.ledger
     before = _failures(ledger)
+    asks = asking.plan(dialogue, todo)
+    by_session: dict[int, list[asking.Ask]] = {}
+    for a in asks:
+        if a.session is not None:
+            by_session.setdefault(a.session, []).append(a)
+
+    def ask(batch: list[asking.Ask]) -> None:
+        broke = _new_failures(ledger, before)  # failures of ingestion only: answering's are taken out below
+        snap = _failures(ledger)
+        if broke:  # its memory is incomplete: do not pay for answers that cannot count
+            preds: Iterable[Prediction] = (
+                _failed(a.question, f"ingest of {dialogue.id}: {broke}", attempt) for a in batch
+            )
+        else:  # concurrently up to llm.max_concurrency, yielded in question order
+            preds = questions.answer_questions(
+                [a.question for a in batch], lambda q, system, generator: answer_question(
+                    system, generator, q, int(cfg.budget.tokens), int(cfg.run.seed), judge, protocol, attempt,
+                    embedder=svc.embedder,
+                ), system=svc.system, generator=svc.generator, llm=svc.llm,
+            )  # fmt: skip
+        for a, pred in zip(batch, preds, strict=False):
+            out.write(replace(pred, ask=a.point, since=a.since).to_json())
+            answered(1)
+        for phase, n in _failures(ledger).items():  # a failed answer is its own record's error, not ingestion's
+            before[phase] = before.get(phase, 0) + n - snap.get(phase, 0)
+
+    ask_at = {s: (lambda b=batch: ask(b)) for s, batch in by_session.items()}
     with ledger_scope(svc.llm, dialogue_id=dialogue.id):
-        timing = ingest(svc.system, dialogue, bool(cfg.run.progress))
-    broke = _new_failures(ledger, before)
+        timing = ingest(svc.system, dialogue, bool(cfg.run.progress), ask_at)
     stats_out.write({"dialogue_id": dialogue.id, "attempt": attempt, **timing, **svc.system.stats()})
-    if broke:  # its memory is incomplete: do not pay for answers that cannot count
-        preds: Iterable[Prediction] = (_failed(q, f"ingest of {dialogue.id}: {broke}", attempt) for q in todo)
-    else:  # concurrently up to llm.max_concurrency, yielded in question order
-        preds = questions.answer_questions(
-            todo, lambda q, system, generator: answer_question(
-                system, generator, q, int(cfg.budget.tokens), int(cfg.run.seed), judge, protocol, attempt,
-                embedder=svc.embedder,
-            ), system=svc.system, generator=svc.generator, llm=svc.llm,
-        )  # fmt: skip
-    for pred in preds:
-        out.write(pred.to_json())
-        answered(1)
+    ask([a for a in asks if a.session is None])
 
 
 def _failed(question: Question, error: str, attempt: int) -> Prediction:
@@ -418,8 +444,8 @@ class Services:
         llm = _built("llm", lambda: _build_llm(cfg, run_dir))
         resources = Resources(embedder=embedder, llm=llm, run_dir=run_dir)
         generator = _built("generator", lambda: build(cfg.generator, embedder=embedder, llm=llm))
-        per_run = {
-            "bank_cache": cfg.run.bank_cache,
+        per_run = {  # a bank cache holds whole streams: off when a question is asked mid-stream
+            "bank_cache": cfg.run.bank_cache if cfg.protocol.get("ask", "end") == "end" else None,
             "probe_queries": cfg.run.probe_queries,
         }  # to methods taking them
         system = _built("method", lambda: build(cfg.method, resources=resources, **per_run))
