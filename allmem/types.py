@@ -205,8 +205,9 @@ class RecordError(ValueError):
 # reader can tell which fields a run's files hold. docs/DESIGN.md keeps the history.
 RECORD_VERSION = 4  # 2: ranked_units, evidence_turns; latency_ms retrieve_search, query_embed; turn_write_ms; 3: ATC edit texts
 # 4: ask point (``Prediction.ask``, ``Prediction.since``)
-ASK_POINTS = ("end", "after_evidence")  # where a question is asked (allmem.run.asking); records without ``ask``: end
-ASK_MODES = {"end": ("end",), "after_evidence": ("after_evidence",), "both": ("after_evidence", "end")}  # protocol.ask
+# Where a question is asked (allmem.run.asking; a record without ``ask``: end), and the points of each protocol.ask.
+ASK_POINTS = ("end", "after_evidence")
+ASK_MODES = {"end": ("end",), "after_evidence": ("after_evidence",), "both": ("after_evidence", "end")}
 
 
 @dataclass(frozen=True)

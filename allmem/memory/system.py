@@ -231,7 +231,9 @@ class AllMem(MemorySystem):
         them when the question follows a session) and bring the index up to date. ATC keeps its own schedule;
         the end-of-stream consolidation waits for ``end_stream``."""
         if self.bank_cache is not None:
-            raise ValueError("All-Mem: a mid-stream question needs run.bank_cache off (the cache holds whole streams)")
+            raise ValueError(
+                "All-Mem: a mid-stream question needs run.bank_cache off (it holds whole streams)"
+            )
         t0 = time.perf_counter()
         self.writer.flush()
         self._ingest_s += time.perf_counter() - t0

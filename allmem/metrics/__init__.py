@@ -55,7 +55,7 @@ def _validate_all(records: Sequence[Any], places: Sequence[str]) -> list[dict[st
                 "run it again to retry its failed questions, then score it"
             )
         rec = pred.scoring_view()
-        key = (rec["dialogue_id"], rec["question_id"], rec["ask"])  # protocol.ask=both: a record per ask point
+        key = (rec["dialogue_id"], rec["question_id"], rec["ask"])  # ask=both: a record per ask point
         if key in seen:
             raise RecordError(
                 f"{where}: field 'question_id': duplicate {rec['question_id']!r} (first at {seen[key]})"

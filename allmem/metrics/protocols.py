@@ -63,7 +63,7 @@ class Protocol:
     name: str
     ks: tuple[int, ...]  # the cut-offs of R@k / N@k; stated once, in configs/config.yaml (protocol.ks)
     table_k: int
-    ask: str = "end"  # protocol.ask: when questions are asked (end | after_evidence | both; allmem.run.asking)
+    ask: str = "end"  # protocol.ask: end | after_evidence | both (allmem.run.asking)
     option_categories: ClassVar[tuple[int, ...]] = framing.OPTION_CATEGORIES
 
     # -- asking ------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from allmem.run import files
 
 log = logging.getLogger("allmem.report")
 JUDGE = "judge"  # 1 = yes, 0 = no, NaN = invalid or not judged (left out of the 4o-J denominator)
-KEYS = ("dialogue_id", "question_id", "ask")  # ask: the ask point (protocol.ask=both gives two rows a question)
+KEYS = ("dialogue_id", "question_id", "ask")  # ask point: protocol.ask=both gives a question two rows
 
 
 def _score(run: Run) -> pd.DataFrame:

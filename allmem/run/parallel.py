@@ -239,7 +239,8 @@ def _merge_outcome(
         )
         lost = [(q, p) for q, p in asking.todo(dialogue.questions, ask, done) if (q.id, p) not in recorded]
         for q, p in lost:
-            files.append_jsonl(out_dir / files.PREDICTIONS, replace(_failed(q, why, attempt), ask=p).to_json())
+            failed = replace(_failed(q, why, attempt), ask=p)
+            files.append_jsonl(out_dir / files.PREDICTIONS, failed.to_json())
         bar.update(len(lost) + len(recorded))
         log.warning("%s: %d question(s) recorded as failed", why, len(lost))
 

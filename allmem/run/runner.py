@@ -68,8 +68,9 @@ def build(node: DictConfig, **available: Any) -> Any:
 
 
 def ingest(
-    system: MemorySystem, dialogue: Dialogue, progress: bool, ask_at: Mapping[int, Callable[[], Any]] | None = None
-) -> dict[str, float]:
+    system: MemorySystem, dialogue: Dialogue, progress: bool,
+    ask_at: Mapping[int, Callable[[], Any]] | None = None,
+) -> dict[str, float]:  # fmt: skip
     """Stream a dialogue chronologically; return write timings. ``ask_at`` (``protocol.ask`` other than end):
     after session ``i`` ends, ``system.checkpoint()`` (timed as writing), then ``ask_at[i]()`` answers the
     questions asked there (not timed as writing)."""
@@ -355,7 +356,8 @@ def answer_dialogue(
         for a, pred in zip(batch, preds, strict=False):
             out.write(replace(pred, ask=a.point, since=a.since).to_json())
             answered(1)
-        for phase, n in _failures(ledger).items():  # a failed answer is its own record's error, not ingestion's
+        # a failed answer is its own record's error, not a failure of ingestion
+        for phase, n in _failures(ledger).items():
             before[phase] = before.get(phase, 0) + n - snap.get(phase, 0)
 
     ask_at = {s: (lambda b=batch: ask(b)) for s, batch in by_session.items()}
