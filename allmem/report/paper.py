@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from allmem.errors import ConfigError
-from allmem.report import ablations, cost, fig7, paper_figures, retrieval, stats, table1, table5, table8
+from allmem.report import ablations, cost, fig7, paper_figures, retention, retrieval, stats, table1, table5, table8
 from allmem.report.atc import table3_frame, table3_markdown
 from allmem.report.frame import write_parquet
 from allmem.report.provenance import DATASET_TITLES, footer
@@ -120,6 +120,21 @@ def render_retrieval(found: Found, tables: Path, figures: Path) -> list[Path]:
 
     notes = [_lme_note(found), *_missing(found, ["table1"]), *retrieval.DEFINITIONS]
     return _render_by_dataset(found, tables, "retrieval", lambda ds: _runs(found, "table1", ds), build, notes)
+
+
+def render_retention(found: Found, tables: Path, figures: Path) -> list[Path]:
+    """The retention view (allmem/report/retention.py): table and, per dataset, a figure by session distance."""
+    drawn: list[Path] = []
+
+    def build(runs: list[Run], ds: str) -> tuple[pd.DataFrame, str]:
+        t = retention.compute(runs)
+        if not t.empty:
+            drawn.extend(retention.figure(t, runs, figures / f"retention{_suffix(ds)}", ds))
+        return t, retention.markdown_for(t)
+
+    notes = [_lme_note(found), *_missing(found, ["retention"]), *retention.DEFINITIONS]
+    written = _render_by_dataset(found, tables, "retention", lambda ds: _runs(found, "retention", ds), build, notes)
+    return written + drawn
 
 
 def render_table2(found: Found, tables: Path, figures: Path) -> list[Path]:
@@ -264,6 +279,7 @@ RENDER: dict[str, Callable[[Found, Path, Path], list[Path]]] = {
     "table1": render_table1,
     "table2": render_table2,
     "retrieval": render_retrieval,
+    "retention": render_retention,
     "table3": render_table3,
     "table4": render_table4,
     "ablations_hybrid": render_ablations_hybrid,

@@ -53,6 +53,7 @@ TARGETS: dict[str, Target] = {
         Target("table1", ("table1", *STAGE1_VARIANTS), "Table 1: main results"),
         Target("table2", ("table1",), "Table 2: cost"),
         Target("retrieval", ("table1",), "Retrieval at every granularity"),
+        Target("retention", ("retention",), "Retention: scores against the stream since the evidence"),
         Target("table3", ("table1",), "Table 3: ATC per operator"),
         Target("table4", ("ablations",), "Table 4: ablations"),
         Target("ablations_hybrid", ("ablations_hybrid",), "Retrieval ablations of allmem_hybrid"),
@@ -87,7 +88,7 @@ GROUPS = {
 }
 # Experiments run in this order: table1 first, so the sweeps find its ingested banks; cheap ones before fig3.
 ORDER = ("table1", AUDIT, *STAGE1_VARIANTS, "ablations", "ablations_hybrid", "fig4_theta", "fig4_dsigma", "fig3",
-         "fig3_anchors", "fig5")  # fmt: skip
+         "fig3_anchors", "fig5", "retention")  # fmt: skip
 
 
 def expand(names: Sequence[str]) -> list[str]:
