@@ -16,7 +16,8 @@ from pathlib import Path
 import pandas as pd
 
 from allmem.errors import ConfigError
-from allmem.report import ablations, cost, fig7, paper_figures, retention, retrieval, stats, table1, table5, table8
+from allmem.report import ablations, cost, fig7, paper_figures, retrieval, stats, table1, table5, table8
+from allmem.report import retention as retention_view
 from allmem.report.atc import table3_frame, table3_markdown
 from allmem.report.frame import write_parquet
 from allmem.report.provenance import DATASET_TITLES, footer
@@ -127,13 +128,15 @@ def render_retention(found: Found, tables: Path, figures: Path) -> list[Path]:
     drawn: list[Path] = []
 
     def build(runs: list[Run], ds: str) -> tuple[pd.DataFrame, str]:
-        t = retention.compute(runs)
+        t = retention_view.compute(runs)
         if not t.empty:
-            drawn.extend(retention.figure(t, runs, figures / f"retention{_suffix(ds)}", ds))
-        return t, retention.markdown_for(t)
+            drawn.extend(retention_view.figure(t, runs, figures / f"retention{_suffix(ds)}", ds))
+        return t, retention_view.markdown_for(t)
 
-    notes = [_lme_note(found), *_missing(found, ["retention"]), *retention.DEFINITIONS]
-    written = _render_by_dataset(found, tables, "retention", lambda ds: _runs(found, "retention", ds), build, notes)
+    notes = [_lme_note(found), *_missing(found, ["retention"]), *retention_view.DEFINITIONS]
+    written = _render_by_dataset(
+        found, tables, "retention", lambda ds: _runs(found, "retention", ds), build, notes
+    )
     return written + drawn
 
 

@@ -135,7 +135,9 @@ def figure(table: pd.DataFrame, runs: Sequence[Run], out: Path, dataset: str) ->
             x = np.arange(len(SESSION_EDGES))
             pos = [SESSION_EDGES.index(v) for v in line["lower"]]
             mean = line["mean"].to_numpy(dtype=float)
-            err = np.vstack([mean - line["low"].to_numpy(dtype=float), line["high"].to_numpy(dtype=float) - mean])
+            err = np.vstack(
+                [mean - line["low"].to_numpy(dtype=float), line["high"].to_numpy(dtype=float) - mean]
+            )
             ax.errorbar(x[pos], mean, yerr=err, marker="o", capsize=3, label=f"{label} ({ask})")
         ax.set_xticks(np.arange(len(SESSION_EDGES)), [bin_label(e, SESSION_EDGES) for e in SESSION_EDGES])
         ax.set_xlabel("sessions streamed after the last evidence turn")
