@@ -52,6 +52,7 @@ def run_frame(run: Run) -> pd.DataFrame:
                 row[key] = json.dumps(value, sort_keys=True, default=str)
             else:
                 row[key] = value
+        row["ask"] = rec.get("ask") or "end"  # records before version 4 were all asked at the end
         rows.append(row)
     frame = pd.DataFrame(rows)
     scores = item_frame(run).drop(columns=["group", "context_tokens"], errors="ignore")
