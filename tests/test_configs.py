@@ -126,7 +126,7 @@ def _runs_end_to_end(overrides: list[str], tmp: Path) -> None:
     assert (run_dir / files.DONE).exists() and run_dir.is_relative_to(tmp)
     records = files.read_jsonl(run_dir / files.PREDICTIONS)
     dialogues = load_dataset(cfg.dataset)  # the same questions, limits applied, whatever the dataset
-    at_end = [r for r in records if r.get("ask", "end") == "end"]  # protocol.ask=both: also after the evidence
+    at_end = [r for r in records if r.get("ask", "end") == "end"]  # ask=both: also after evidence
     assert [r["question_id"] for r in at_end] == [q.id for d in dialogues for q in d.questions] and records
     sources = {d.id: {t.source_id or t.id for t in d.turns()} for d in dialogues}
     for r in records:
