@@ -12,6 +12,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from allmem.metrics import score_records
+from allmem.report.items import item_frame
 from allmem.report.retention import bin_label, compute
 from allmem.report.runs import load_run
 from allmem.run import asking, files, identity
@@ -257,3 +258,26 @@ def test_retention_bins_by_hand(tmp_path, cache_dir):
     assert f1.loc[("end", "sessions", "2-3"), "mean"] == pytest.approx(100 * scores[q0, "end"]["f1"])
     r5 = table[table["metric"] == "R@5"].set_index(["ask", "distance", "bin"])
     assert r5.loc[("end", "sessions", "1"), "mean"] == pytest.approx(100 * scores[q1, "end"]["R@5"])
+
+
+def test_judge_again_keeps_a_verdict_per_ask_point(tmp_path, cache_dir, monkeypatch, stub):
+    from allmem.report.runs import with_judge
+    from allmem.run.rejudge import VERDICTS, judge_run
+    from tests.llm_stub import default_verdict
+
+    monkeypatch.setenv("ALLMEM_ASK_KEY", "sk-test")
+    data = _write_fixture(tmp_path / "ask.json")
+    run_dir = runner_mod.run(_cfg(_overrides(tmp_path, cache_dir, data, "bm25", "both")), [])
+    records = files.read_jsonl(run_dir / files.PREDICTIONS)
+    folder = judge_run(run_dir, ["llm=openai", f"llm.base_url={stub.base_url}", "llm.api_key_env=ALLMEM_ASK_KEY",
+                                 "llm.backoff_base_s=0.01", "llm.rpm=null", "llm.tpm=null"])  # fmt: skip
+    verdicts = files.read_jsonl(folder / VERDICTS)
+    assert sorted((v["question_id"], v["ask"]) for v in verdicts) == sorted(
+        (r["question_id"], r["ask"]) for r in records
+    )
+    frame = item_frame(with_judge(load_run(run_dir), folder.name))
+    want = {(r["question_id"], r["ask"]): float(default_verdict(r["question"], r["gold"], r["prediction"]))
+            for r in records}  # fmt: skip
+    assert {
+        (q, a): j for q, a, j in zip(frame["question_id"], frame["ask"], frame["judge"], strict=True)
+    } == want

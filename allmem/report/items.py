@@ -64,8 +64,8 @@ def item_frame(run: Run, use_cache: bool = True) -> pd.DataFrame:
         return frame
     frame = frame.copy()
     picked = [
-        verdicts.get((str(d or ""), str(q)))
-        for d, q in zip(frame["dialogue_id"], frame["question_id"], strict=True)
+        verdicts.get((str(d or ""), str(q), str(a)))
+        for d, q, a in zip(frame["dialogue_id"], frame["question_id"], frame["ask"], strict=True)
     ]
     frame[JUDGE] = [1.0 if v == "yes" else 0.0 if v == "no" else np.nan for v in picked]
     return frame

@@ -139,8 +139,8 @@ def with_judge(run: Run, key: str | None) -> Run:
     return replace(run, judge=key)
 
 
-def judge_verdicts(run: Run) -> dict[tuple[str, str], str | None] | None:
-    """(dialogue_id, question_id) → verdict of the judge ``run.judge`` picks; None for the run's own."""
+def judge_verdicts(run: Run) -> dict[tuple[str, str, str], str | None] | None:
+    """(dialogue_id, question_id, ask point) → verdict of the judge ``run.judge`` picks; None for the run's own."""
     if run.judge is None:
         return None
     from allmem.run.rejudge import verdicts_of
