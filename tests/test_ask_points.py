@@ -281,3 +281,18 @@ def test_judge_again_keeps_a_verdict_per_ask_point(tmp_path, cache_dir, monkeypa
     assert {
         (q, a): j for q, a, j in zip(frame["question_id"], frame["ask"], frame["judge"], strict=True)
     } == want
+
+
+def test_longmemeval_is_binned_by_sessions_only(tmp_path, cache_dir):
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[
+            "+debug=default", "dataset=longmemeval_s", "method=bm25", "protocol.ask=both", f"run.root={tmp_path}",
+            f"paths.cache_dir={cache_dir}",
+        ])  # fmt: skip
+    run = load_run(runner_mod.run(cfg, []))
+    table = compute([run])
+    assert set(table["distance"]) == {"sessions"} and set(table["ask"]) == {"after_evidence", "end"}
+    # after its evidence's session a question has 0 sessions since; n counts every question with evidence
+    after = table[(table["ask"] == "after_evidence") & (table["metric"] == "F1")]
+    with_since = [r for r in run.records() if r["ask"] == "after_evidence" and r.get("since") is not None]
+    assert list(after["bin"]) == ["0"] and after["n"].item() == len(with_since) > 0

@@ -77,7 +77,7 @@ def compute(runs: Sequence[Run], names: Sequence[str] | None = None) -> pd.DataF
     for run, label in zip(runs, names or [r.method for r in runs], strict=True):
         items = item_frame(run)
         frame = items[items["included"]].merge(item_distances(run), on=list(KEYS), how="inner")
-        units = ("sessions",) if run.dataset == "longmemeval" else ("turns", "sessions")
+        units = ("sessions",) if run.dataset.startswith("longmemeval") else ("turns", "sessions")
         for ask in sorted(set(frame["ask"]), key=lambda a: (a != "after_evidence", a)):
             part = frame[frame["ask"] == ask]
             for unit in units:
