@@ -42,7 +42,9 @@ class WordOverlap(MemorySystem):
         scored = [(len(asked & words(t.render())), t.order, t) for t in self.turns]
         scored.sort(key=lambda s: (-s[0], -s[1]))  # most shared words, then most recent
         units = tuple(
-            Retrieved.of_text(t.id, t.text, (t.source_id or t.id,), float(n), t.timestamp, t.speaker, t.caption)
+            Retrieved.of_text(
+                t.id, t.text, (t.source_id or t.id,), float(n), t.timestamp, t.speaker, t.caption
+            )
             for n, _, t in scored[: self.k]
         )
         return RetrievalResult(units=units)

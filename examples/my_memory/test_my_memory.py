@@ -9,7 +9,9 @@ from examples.my_memory.system import WordOverlap, words
 
 
 def _turn(i: int, text: str) -> Turn:
-    return Turn(id=f"D1:{i}", session_id="S1", speaker="Ana", text=text, timestamp=datetime(2023, 5, 8), order=i)
+    return Turn(
+        id=f"D1:{i}", session_id="S1", speaker="Ana", text=text, timestamp=datetime(2023, 5, 8), order=i
+    )
 
 
 def test_most_shared_words_first_then_most_recent() -> None:
