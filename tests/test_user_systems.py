@@ -72,3 +72,12 @@ def test_a_missing_folder_or_a_clashing_name_is_refused(
     monkeypatch.setenv("ALLMEM_CONFIG_PATH", str(tmp_path))
     with pytest.raises(SystemExit, match="bm25.yaml: a repository method has this name too"):
         targets.user_methods()
+
+
+def test_library_code_builds_the_user_method_without_hydra(monkeypatch: pytest.MonkeyPatch) -> None:
+    from allmem.library import build_method
+    from examples.my_memory.system import WordOverlap
+
+    monkeypatch.setenv("ALLMEM_CONFIG_PATH", str(EXAMPLE))
+    system = build_method("my_memory", k=7)
+    assert isinstance(system, WordOverlap) and system.k == 7
