@@ -28,6 +28,7 @@ from allmem.types import RetrievalResult, Retrieved, SessionInfo, Turn, Utteranc
 
 ROUTES = ("reset", "session/start", "turn", "session/end", "session", "end", "search", "stats")
 INGEST_MODES = ("turn", "session")
+OPTIONAL = ("session/start", "session/end", "end", "stats")  # a service may answer 404: nothing to do there
 
 
 # ---------------------------------------------------------------------------------------------- wire format
@@ -162,6 +163,8 @@ class HttpMemory(MemorySystem):
         if reply.status_code == 429 or reply.status_code >= 500:
             raise ServiceError(f"HTTP {reply.status_code}", reply.status_code,
                                retry_after_s(reply.headers.get("retry-after")))  # fmt: skip
+        if reply.status_code == 404 and route in OPTIONAL:
+            return {}
         if reply.status_code != 200:  # a 4xx: this request is bad, asking again will not help
             raise TransportError(f"HTTP {reply.status_code}: {reply.text[:200]}", status=reply.status_code)
         try:

@@ -137,3 +137,43 @@ def test_a_malformed_unit_is_refused_naming_the_field() -> None:
 
     with pytest.raises(ValueError, match=r"units\[0\]\.source_ids"):
         unit_of(json.loads('{"id": "u1", "text": "hi", "source_ids": []}'), "units[0]")
+
+
+class _Minimal(BaseHTTPRequestHandler):
+    """A service with only the required routes: a 404 for the optional ones."""
+
+    protocol_version = "HTTP/1.1"
+    target = ""
+
+    def do_POST(self) -> None:  # noqa: N802
+        import httpx
+
+        body = self.rfile.read(int(self.headers.get("content-length") or 0))
+        route = self.path.strip("/")
+        if route in ("end", "stats", "session/start", "session/end"):
+            reply = httpx.Response(404, content=b"")
+        else:
+            reply = httpx.post(f"{type(self).target}/{route}", content=body)
+        self.send_response(reply.status_code)
+        self.send_header("content-length", str(len(reply.content)))
+        self.end_headers()
+        self.wfile.write(reply.content)
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        return
+
+
+def test_the_optional_routes_may_be_missing(tmp_path: Path) -> None:
+    local = run(_cfg(tmp_path / "local", "method=bm25"))
+    with _served("bm25") as url:
+        _Minimal.target = url
+        proxy = ThreadingHTTPServer(("127.0.0.1", 0), _Minimal)
+        threading.Thread(target=proxy.serve_forever, daemon=True).start()
+        try:
+            remote = run(_cfg(tmp_path / "remote", "method=http", "method.ingest=turn",
+                              f"method.url=http://127.0.0.1:{proxy.server_address[1]}"))  # fmt: skip
+        finally:
+            proxy.shutdown()
+            proxy.server_close()
+    assert same_predictions(local, remote) == []
+    assert [s["dialogue_id"] for s in files.read_jsonl(remote / files.SYSTEM_STATS)]  # stats: {} from the 404
