@@ -3,7 +3,7 @@ over HTTP") is a ``MemorySystem``. Every call is a JSON ``POST`` to ``<url>/<rou
 
 ``reset`` {dialogue_id} · ``session/start`` and ``session/end`` {session} · ``turn`` {turn} · ``session``
 {session, turns} (a whole session in one call) · ``end`` {} · ``search`` {query, date, k} → {units, timings_ms} ·
-``stats`` {} → {counters}. A unit is {id, parts: [{speaker, text, caption}] (or text), source_ids, score,
+``stats`` {} → {counters}. A unit is {id, utterances: [{speaker, text, caption}] (or text), source_ids, score,
 timestamp}; its ``source_ids`` are the turns it came from (what R@k credits).
 
 Retries, backoff, time limits and failures are the LLM client's (``allmem.llm.retry``): a call that fails after
@@ -70,7 +70,7 @@ def session_of(raw: Mapping[str, Any]) -> SessionInfo:
 
 
 def unit_json(unit: Retrieved) -> dict[str, Any]:
-    return {"id": unit.id, "parts": [{"speaker": p.speaker, "text": p.text, "caption": p.caption} for p in unit.parts],
+    return {"id": unit.id, "utterances": [{"speaker": p.speaker, "text": p.text, "caption": p.caption} for p in unit.parts],
             "source_ids": list(unit.source_ids), "score": unit.score, "timestamp": _date(unit.timestamp)}  # fmt: skip
 
 
@@ -81,12 +81,14 @@ def unit_of(raw: Any, where: str) -> Retrieved:
     ids = raw.get("source_ids")
     if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
         raise ValueError(f"{where}.source_ids: a non-empty list of turn ids is required")
-    if "parts" in raw:
-        parts = tuple(Utterance(p.get("speaker"), str(p["text"]), p.get("caption")) for p in raw["parts"])
+    if "utterances" in raw:
+        parts = tuple(
+            Utterance(p.get("speaker"), str(p["text"]), p.get("caption")) for p in raw["utterances"]
+        )
     elif isinstance(raw.get("text"), str):
         parts = (Utterance(raw.get("speaker"), raw["text"], None),)
     else:
-        raise ValueError(f"{where}: needs parts or text")
+        raise ValueError(f"{where}: needs utterances or text")
     score = raw.get("score", 0.0)
     if not isinstance(score, int | float) or isinstance(score, bool):
         raise ValueError(f"{where}.score: a number is required")
