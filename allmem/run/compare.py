@@ -110,6 +110,20 @@ def same_result(a: Path, b: Path, limit: int = 5) -> list[str]:
     return out[:limit]
 
 
+def same_predictions(a: Path, b: Path, limit: int = 5) -> list[str]:
+    """The rule on ``predictions.jsonl`` alone ([] when equal): for runs of two configs that must answer alike,
+    such as a system in-process and the same system behind ``method=http`` (tests/test_remote.py)."""
+    out: list[str] = []
+    _diff(
+        _records(Path(a) / files.PREDICTIONS),
+        _records(Path(b) / files.PREDICTIONS),
+        files.PREDICTIONS,
+        out,
+        limit,
+    )
+    return out[:limit]
+
+
 def _is_run(path: Path) -> bool:
     return (path / files.CONFIG).is_file()
 
