@@ -229,3 +229,30 @@ def test_the_llm_reader_uses_the_fitted_reader_settings() -> None:
     llm_node = OmegaConf.to_container(_compose([]).generator, resolve=True)
     extractive = OmegaConf.to_container(_compose(["generator=extractive"]).generator, resolve=True)
     assert llm_node["extractive"] == extractive
+
+
+def _keyword_defaults(target: str) -> dict[str, object]:
+    import importlib
+    import inspect
+
+    module, _, name = target.rpartition(".")
+    params = inspect.signature(getattr(importlib.import_module(module), name)).parameters
+    return {n: p.default for n, p in params.items() if p.default is not inspect.Parameter.empty}
+
+
+@pytest.mark.parametrize("group, option", [("method", m) for m in METHOD_OPTIONS] + [("llm", "offline"), ("llm", "openai"), ("llm", "replay")])  # fmt: skip
+def test_a_constructor_default_is_its_config_value(group: str, option: str) -> None:
+    """Constructors keep keyword defaults so code can build a class without a config (docs/DESIGN.md, "Defaults
+    have one home"); each one a config file sets must be the file's value, so the two cannot drift apart."""
+    from allmem.defaults import method_node
+
+    node = (
+        method_node(option)
+        if group == "method"
+        else OmegaConf.to_container(OmegaConf.load(CONFIGS / group / f"{option}.yaml"))
+    )
+    target = node.get("_target_") or OmegaConf.load(CONFIGS / group / f"{option}.yaml").get("_target_")
+    # a None default is "off" (no pacing when code builds a backend without a config); the file may turn it on
+    defaults = {k: v for k, v in _keyword_defaults(str(target)).items() if v is not None}
+    drift = {k: (v, node[k]) for k, v in defaults.items() if k in node and v != node[k]}
+    assert drift == {}, f"configs/{group}/{option}.yaml: constructor default != file value: {drift}"
