@@ -30,15 +30,17 @@ EXPERIMENTS = $(VENV)/bin/allmem paper run --jobs $(JOBS) $(TARGET_ARGS)
 SUMMARISE = $(VENV)/bin/allmem report --out $(OUT) $(TARGET_ARGS)
 PAPER_TARGETS := table1 table2 retrieval retention table3 table4 ablations ablations_hybrid table5 table8 fig3 fig4 fig5 fig6 \
 	fig7 tables figures paper
-# `make sweep`: any multirun of your own, summarised on its own.
+# `make sweep`: any multirun of your own, summarised on its own, under SWEEPS (runs) and OUT/sweeps (tables).
 NAME ?= sweep
 ARGS ?=
+SWEEPS ?= results/runs/sweeps
 
 .PHONY: help setup test test-fast reproduce lint format clean bench bench-scale sweep $(PAPER_TARGETS)
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-12s %s\n", $$1, $$2}'
 	@echo "  Variables: RUNS=$(RUNS) JOBS=$(JOBS) OUT=$(OUT) LME=<file> SET=<extra overrides> ALLOW_MIXED_CODE=1 (reuse runs of other code) (paper targets)"
+	@echo "  ALLMEM_CONFIG_PATH=<folder>[:<folder>...]: your own configs; its methods join table1, sweeps, runs (docs/LIBRARY.md)"
 
 $(STAMP): pyproject.toml setup.py
 	@test -x $(PY) || $(PY_SYS) -m venv $(VENV)
@@ -84,9 +86,9 @@ $(PAPER_TARGETS): $(STAMP)
 
 sweep: $(STAMP) ## Any Hydra multirun, e.g. make sweep NAME=K ARGS="method=allmem method.retrieval.K=4,8,16"
 	@test -n "$(ARGS)" || { echo 'make sweep: give the sweep, e.g. ARGS="method=allmem method.retrieval.K=4,8,16"'; exit 2; }
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(VENV)/bin/allmem run -m $(ARGS) run.root=results/runs/sweeps/$(NAME) \
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(VENV)/bin/allmem run -m $(ARGS) run.root=$(SWEEPS)/$(NAME) \
 		'run.bank_cache=$${paths.cache_dir}/banks' run.progress=false hydra/launcher=local hydra.launcher.n_jobs=$(JOBS)
-	$(VENV)/bin/allmem report sweep --runs results/runs/sweeps/$(NAME) --out results/sweeps/$(NAME) $(if $(ALLOW_MIXED_CODE),--allow-mixed-code)
+	$(VENV)/bin/allmem report sweep --runs $(SWEEPS)/$(NAME) --out $(OUT)/sweeps/$(NAME) $(if $(ALLOW_MIXED_CODE),--allow-mixed-code)
 
 bench: $(STAMP) ## Mem-Lat: allmem vs allmem_hybrid on LoCoMo; exact vs approximate search and BM25 up to 10^6 units
 	$(PY) scripts/bench_latency.py

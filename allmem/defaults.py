@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from omegaconf import OmegaConf
 
 from allmem.errors import ConfigError
-from allmem.paths import config_dir
+from allmem.paths import config_dir, user_config_dirs
 from allmem.run.files import plain  # the one config-to-dict conversion; re-exported for callers here
 
 PRIMARY = "config"  # Hydra's primary config, configs/config.yaml (allmem run composes from it)
@@ -45,8 +45,12 @@ def from_node(cls: type[T], node: Any, where: str) -> T:
 @cache
 def _load(name: str) -> dict[str, Any]:
     path = CONFIG_DIR / "method" / f"{name}.yaml"
+    mine = [d / "method" / f"{name}.yaml" for d in user_config_dirs()]  # ALLMEM_CONFIG_PATH (docs/LIBRARY.md)
+    path = next((p for p in [path, *mine] if p.is_file()), path)
     if not path.is_file():
-        raise ConfigError(f"no method config {path}")
+        raise ConfigError(
+            f"no method config {path}" + (f" (nor in {', '.join(map(str, mine))})" if mine else "")
+        )
     raw = OmegaConf.load(path)
     merged = OmegaConf.create()
     for entry in raw.get("defaults", ["_self_"]):  # a method file includes its base (allmem_ref)

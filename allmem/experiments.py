@@ -53,7 +53,7 @@ def run_experiments(
             cmd = [
                 sys.executable, "-m", "allmem.cli", "run", "-m", f"+experiment={exp}",
                 *targets.dataset_overrides(lme, exp)[ds], f"run.root={root}", "hydra/launcher=local",
-                f"hydra.launcher.n_jobs={jobs}", *extra,
+                f"hydra.launcher.n_jobs={jobs}", *targets.launch_overrides(exp), *extra,
             ]  # fmt: skip
             print(
                 f"[allmem] {exp} on {ds}: {done}/{len(pts)} complete; running:\n  {shlex.join(cmd[2:])}",

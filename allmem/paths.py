@@ -49,6 +49,29 @@ def config_dir() -> Path:
     return _shipped("_configs", "configs")
 
 
+CONFIG_PATH_ENV = "ALLMEM_CONFIG_PATH"  # your own config folders (docs/LIBRARY.md, "Your own system")
+
+
+def user_config_dirs() -> tuple[Path, ...]:
+    """The folders named by ``ALLMEM_CONFIG_PATH`` (``os.pathsep``-separated), each laid out like ``configs/``
+    (``method/<name>.yaml``, ...): Hydra searches them after the repository's configs, and every method config
+    in them joins the experiments that compare methods. A folder that does not exist is an error, not a silent
+    miss."""
+    value = os.environ.get(CONFIG_PATH_ENV, "")
+    out = []
+    for part in filter(None, value.split(os.pathsep)):
+        path = Path(part).expanduser().resolve()
+        if not path.is_dir():
+            raise FileNotFoundError(f"{CONFIG_PATH_ENV}: {part!r} is not a folder (resolved to {path})")
+        out.append(path)
+    return tuple(out)
+
+
+def user_searchpath() -> list[str]:
+    """``hydra.searchpath`` entries for ``user_config_dirs()`` (``configs/config.yaml`` reads this resolver)."""
+    return [f"file://{p}" for p in user_config_dirs()]
+
+
 def fixture(name: str) -> Path:
     """A tiny test dataset (``tests/fixtures/<name>``, or the shipped copy): what ``+debug=default`` runs on."""
     return _shipped("_fixtures", "tests/fixtures") / name
@@ -61,6 +84,8 @@ def _register_resolver() -> None:
 
     if not OmegaConf.has_resolver("allmem.repo"):
         OmegaConf.register_new_resolver("allmem.repo", lambda sub="": str(repo_root() / str(sub)))
+    if not OmegaConf.has_resolver("allmem.searchpath"):
+        OmegaConf.register_new_resolver("allmem.searchpath", user_searchpath)
     if not OmegaConf.has_resolver("allmem.fixture"):
         OmegaConf.register_new_resolver("allmem.fixture", lambda name: str(fixture(str(name))))
 

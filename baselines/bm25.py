@@ -54,8 +54,8 @@ class BM25(TurnMemory):
     name = "bm25"
 
     def __init__(
-        self, k: int | None = 50, k1: float = 1.2, b: float = 0.75, resources: Resources | None = None
-    ) -> None:
+        self, k: int | None = 50, *, k1: float, b: float, resources: Resources | None = None
+    ) -> None:  # k1, b: fitted, their one home is configs/method/bm25.yaml
         super().__init__(k=k, resources=resources)
         self.lexical = TurnBM25(k1, b)
 

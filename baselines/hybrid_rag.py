@@ -27,9 +27,10 @@ class HybridRAG(NaiveRAG):
     def __init__(
         self,
         k: int | None = 50,
-        weight: float = 0.5,
-        k1: float = 1.2,
-        b: float = 0.75,
+        *,  # weight, k1, b: fitted, their one home is configs/method/hybrid_rag.yaml
+        weight: float,
+        k1: float,
+        b: float,
         resources: Resources | None = None,
     ) -> None:
         super().__init__(k=k, resources=resources)

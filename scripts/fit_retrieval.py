@@ -175,7 +175,7 @@ def fit_hybrid_rag(
 
     fit_dialogues = [d for d in dialogues if d.id in fit]
     systems = turn_systems(
-        lambda: HybridRAG(k=50, resources=Resources(embedder=embedder), **bm25), fit_dialogues
+        lambda: HybridRAG(k=50, weight=0.5, resources=Resources(embedder=embedder), **bm25), fit_dialogues
     )
 
     def objective(p: Mapping[str, Any]) -> float:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from functools import partial
 
 import pytest
 
@@ -14,6 +15,8 @@ from baselines.bm25_okapi import BM25Okapi, tokenize
 from baselines.full_history import FullHistory
 from baselines.hybrid_rag import HybridRAG
 from baselines.naive_rag import NaiveRAG
+
+TEXTBOOK_BM25 = partial(BM25, k1=1.2, b=0.75)  # Robertson's usual constants; the fitted ones live in configs/
 
 T0 = datetime(2023, 5, 8, 13, 56)
 LINES = [
@@ -60,7 +63,7 @@ def test_tokenize_drops_stop_words() -> None:
     assert tokenize("Don't") == []  # "don" and "t" are stop words
 
 
-@pytest.mark.parametrize("factory", [BM25, BM25Okapi], ids=["bm25", "bm25_okapi"])
+@pytest.mark.parametrize("factory", [TEXTBOOK_BM25, BM25Okapi], ids=["bm25", "bm25_okapi"])
 def test_bm25_ranks_matching_turn_first(factory) -> None:
     system = factory(k=3)
     feed(system, make_turns())
@@ -74,7 +77,7 @@ def test_bm25_ranks_matching_turn_first(factory) -> None:
     assert system.retrieve("adoption agencies").units[0].id == "D1:3"
 
 
-@pytest.mark.parametrize("factory", [BM25, BM25Okapi], ids=["bm25", "bm25_okapi"])
+@pytest.mark.parametrize("factory", [TEXTBOOK_BM25, BM25Okapi], ids=["bm25", "bm25_okapi"])
 def test_bm25_reset_clears_memory(factory) -> None:
     system = factory(k=5)
     feed(system, make_turns())
@@ -124,7 +127,7 @@ def test_naive_rag_ranks_by_meaning(embedder) -> None:
 
 def test_config_errors_name_the_field(embedder) -> None:
     with pytest.raises(ValueError, match=r"configs/method/bm25.yaml: k"):
-        BM25(k=0)
+        BM25(k=0, k1=1.2, b=0.75)
     with pytest.raises(ValueError, match="resources.embedder"):
         NaiveRAG()
 
@@ -168,4 +171,4 @@ def test_hybrid_rag_fuses_normalised_scores(embedder) -> None:
     assert [res[i] for i in ids] == pytest.approx(expected.tolist(), rel=1e-5)
     assert max(res, key=res.get) == "D1:4"
     with pytest.raises(ValueError, match="hybrid_rag.yaml: weight"):
-        HybridRAG(weight=1.5, resources=Resources(embedder=embedder))
+        HybridRAG(weight=1.5, k1=1.2, b=0.75, resources=Resources(embedder=embedder))

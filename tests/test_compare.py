@@ -74,3 +74,30 @@ def test_a_run_in_one_root_only_is_missing(two_runs: tuple[Path, Path], tmp_path
     (tmp_path / "x").mkdir()
     res = _compare(two_runs[0].parents[1], tmp_path / "x")
     assert res.returncode == 1 and ": missing" in res.stdout
+
+
+def _rewrite(path: Path, change) -> None:  # noqa: ANN001 - a callable on the list of records
+    path.write_text("".join(json.dumps(x) + "\n" for x in change(files.read_jsonl(path))))
+
+
+def test_an_interrupted_attempts_unfinished_work_is_spent_not_a_result(
+    two_runs: tuple[Path, Path], tmp_path: Path
+):
+    """A resumed run books the calls of the dialogue a killed attempt had begun (attempt 1) beside the calls of
+    the attempt that ingested it again (attempt 2): the same result as the uninterrupted run, as ``run_cost``
+    counts it. The same extra lines booked by the kept attempt are a difference."""
+    resumed = shutil.copytree(two_runs[0], tmp_path / "resumed")
+    for name in (files.PREDICTIONS, files.SYSTEM_STATS, files.CALLS):
+        _rewrite(resumed / name, lambda recs: [{**r, "attempt": 2} for r in recs])
+    writes = [r for r in files.read_jsonl(resumed / files.CALLS) if r["question_id"] is None]
+    assert writes, "the fixture run books no ingestion call"
+    abandoned = [{**r, "attempt": 1} for r in writes[:3]]
+    _rewrite(resumed / files.CALLS, lambda recs: abandoned + recs)
+    metrics = json.loads((resumed / files.METRICS).read_text())
+    metrics["cost_all_attempts"]["all"]["calls"] += len(abandoned)
+    (resumed / files.METRICS).write_text(json.dumps(metrics))
+    assert compare.same_result(two_runs[1], resumed) == []
+
+    kept_twice = shutil.copytree(resumed, tmp_path / "kept_twice")
+    _rewrite(kept_twice / files.CALLS, lambda recs: [{**r, "attempt": 2} for r in recs])
+    assert compare.same_result(two_runs[1], kept_twice) == ["calls.jsonl: 0 lines only in A, 3 only in B"]

@@ -11,7 +11,8 @@ seconds. This is the one suite that runs every config.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,10 @@ OPTIONS = sorted(
     for p in CONFIGS.rglob("*.yaml")
     if len(p.relative_to(CONFIGS).parts) > 1 and p.relative_to(CONFIGS).parts[0] != "local"
 )
+# The example of a system living outside the repository's configs (docs/LIBRARY.md): its config folder joins
+# Hydra's search path through ALLMEM_CONFIG_PATH, and it runs here like every other method.
+EXAMPLE_CONFIGS = REPO / "examples" / "my_memory" / "configs"
+EXAMPLES = sorted(("method", p.stem) for p in (EXAMPLE_CONFIGS / "method").glob("*.yaml"))
 
 
 def _compose(overrides: list[str], hydra_node: bool = False) -> DictConfig:
@@ -93,11 +98,21 @@ def test_every_group_has_options():
     )
 
 
-@pytest.mark.parametrize(("group", "option"), OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
-def test_option_composes_builds_and_runs(group: str, option: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("group", "option"), OPTIONS + EXAMPLES, ids=[f"{g}={o}" for g, o in OPTIONS + EXAMPLES]
+)
+def test_option_composes_builds_and_runs(
+    group: str, option: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if (group, option) in EXAMPLES:
+        monkeypatch.setenv("ALLMEM_CONFIG_PATH", str(EXAMPLE_CONFIGS))
     if group in RUNS:
         override = f"+{group}={option}" if group in OVERRIDE_GROUPS else f"{group}={option}"
-        _runs_end_to_end([override, *RUNS[group]], tmp_path)
+        if (group, option) == ("method", "http"):  # a memory service: the reference server over BM25
+            with _memory_service("bm25") as url:
+                _runs_end_to_end([override, f"method.url={url}", *RUNS[group]], tmp_path)
+        else:
+            _runs_end_to_end([override, *RUNS[group]], tmp_path)
     if group in OVERRIDE_GROUPS:
         cfg = _compose([f"+{group}={option}"])
         _sets_what_it_says(CONFIGS / group / f"{option}.yaml", cfg)
@@ -114,6 +129,19 @@ def test_option_composes_builds_and_runs(group: str, option: str, tmp_path: Path
     elif group not in RUNS:  # a group added later: at least its target must build from the config alone
         assert "_target_" in node, f"configs/{group}/{option}.yaml: no _target_ and no builder in this test"
         assert instantiate(node) is not None
+
+
+@contextmanager
+def _memory_service(method: str) -> Iterator[str]:
+    """``examples/memory_server.py`` serving a repository method on 127.0.0.1 at a free port."""
+    from examples.memory_server import build_system, start
+
+    server, url = start(build_system(method))
+    try:
+        yield url
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def _runs_end_to_end(overrides: list[str], tmp: Path) -> None:
@@ -202,3 +230,30 @@ def test_the_llm_reader_uses_the_fitted_reader_settings() -> None:
     llm_node = OmegaConf.to_container(_compose([]).generator, resolve=True)
     extractive = OmegaConf.to_container(_compose(["generator=extractive"]).generator, resolve=True)
     assert llm_node["extractive"] == extractive
+
+
+def _keyword_defaults(target: str) -> dict[str, object]:
+    import importlib
+    import inspect
+
+    module, _, name = target.rpartition(".")
+    params = inspect.signature(getattr(importlib.import_module(module), name)).parameters
+    return {n: p.default for n, p in params.items() if p.default is not inspect.Parameter.empty}
+
+
+@pytest.mark.parametrize("group, option", [("method", m) for m in METHOD_OPTIONS] + [("llm", "offline"), ("llm", "openai"), ("llm", "replay")])  # fmt: skip
+def test_a_constructor_default_is_its_config_value(group: str, option: str) -> None:
+    """Constructors keep keyword defaults so code can build a class without a config (docs/DESIGN.md, "Defaults
+    have one home"); each one a config file sets must be the file's value, so the two cannot drift apart."""
+    from allmem.defaults import method_node
+
+    node = (
+        method_node(option)
+        if group == "method"
+        else OmegaConf.to_container(OmegaConf.load(CONFIGS / group / f"{option}.yaml"))
+    )
+    target = node.get("_target_") or OmegaConf.load(CONFIGS / group / f"{option}.yaml").get("_target_")
+    # a None default is "off" (no pacing when code builds a backend without a config); the file may turn it on
+    defaults = {k: v for k, v in _keyword_defaults(str(target)).items() if v is not None}
+    drift = {k: (v, node[k]) for k, v in defaults.items() if k in node and v != node[k]}
+    assert drift == {}, f"configs/{group}/{option}.yaml: constructor default != file value: {drift}"

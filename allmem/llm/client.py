@@ -207,6 +207,22 @@ class LLM:
             error=f"transport: {exc}",
         )  # fmt: skip
 
+    def book_failure(self, phase: str, what: str, error: str, latency_ms: float, retries: int) -> None:
+        """A call outside this client that failed after ``allmem.llm.retry``'s retries (a memory service's,
+        ``method=http``): booked like a failed LLM call, so the same rules follow (the question or dialogue it
+        served recorded as failed, the breaker counting it)."""
+        rec = CallRecord(
+            phase=phase, backend="http", model=what, tokens_in=0, tokens_out=0, latency_ms=round(latency_ms, 3),
+            cached=False, prompt_hash="", ok=False, error=error,
+        )  # fmt: skip
+        self.ledger.record(rec, template=what, template_version="", estimated=True, retries=retries)
+        self._count_failure(error)
+
+    def note_success(self) -> None:
+        """A call outside this client succeeded: the breaker counts consecutive failures only."""
+        with self._breaker_lock:
+            self._consecutive_failures = 0
+
     def endpoint(self) -> str:
         """Where calls go, for messages: the base URL, else the backend's name."""
         return str(self._info.get("base_url") or self.backend.name)

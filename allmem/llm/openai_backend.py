@@ -12,17 +12,15 @@ from __future__ import annotations
 import json
 import logging
 import os
-import random
 import threading
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
 from allmem.llm.base import BackendReply, ChatRequest, LLMError, TransportError
 from allmem.llm.limiter import RateLimiter
+from allmem.llm.retry import Retrying, retry_after_s
 
 log = logging.getLogger("allmem.llm")
 
@@ -78,15 +76,15 @@ class OpenAIBackend:
         self.max_retries = int(max_retries)
         self.try_timeout_s = float(try_timeout_s)
         self.call_timeout_s = float(call_timeout_s)
-        self.backoff_base_s = float(backoff_base_s)
-        self.backoff_max_s = float(backoff_max_s)
+        self.retrying = Retrying(
+            max_retries=self.max_retries, backoff_base_s=backoff_base_s, backoff_max_s=backoff_max_s,
+            call_timeout_s=self.call_timeout_s, sleep=sleep,
+        )  # fmt: skip
         # rpm / tpm per run: ``build_llm`` names the run directory's pacing file, shared by all its processes
         self.limiter = RateLimiter(rpm=rpm, tpm=tpm, max_concurrency=max_concurrency, shared=pacing_file)
-        self._sleep = sleep
         self._client: Any = None
         self._key: str | None = None
         self._lock = threading.Lock()
-        self._rng = random.Random()
 
     def cache_identity(self) -> str:
         return self.name
@@ -115,14 +113,6 @@ class OpenAIBackend:
                 )
             return self._client
 
-    def _backoff_s(self, attempt: int, retry_after: float | None) -> float:
-        """Full jitter: uniform in [0, min(cap, base * 2^attempt)], but at least a server's Retry-After."""
-        ceiling = min(self.backoff_max_s, self.backoff_base_s * (2**attempt))
-        wait = self._rng.uniform(0.0, ceiling)
-        if retry_after is not None:
-            wait = max(wait, min(retry_after, self.backoff_max_s))
-        return wait
-
     def complete(self, req: ChatRequest, model: str, params: Mapping[str, Any]) -> BackendReply:
         import openai
 
@@ -140,44 +130,28 @@ class OpenAIBackend:
             kwargs["seed"] = params["seed"]
         est_tokens = int(params.get("est_tokens", 0))
         retryable = (openai.RateLimitError, openai.InternalServerError, openai.APIConnectionError, BadReply)
-        deadline = time.monotonic() + self.call_timeout_s
-        attempt = 0
-        while True:
-            try:
-                queued = time.monotonic()
-                with self.limiter.slot(est_tokens):
-                    deadline += time.monotonic() - queued  # pacing is not the endpoint's time
-                    return self._try(client, kwargs, deadline, attempt)
-            except retryable as exc:
-                status = getattr(exc, "status_code", None)
-                what = scrub(_describe(exc), self._key)
-                left = deadline - time.monotonic()
-                if attempt >= self.max_retries or not getattr(exc, "retryable", True) or left <= 0:
-                    why = (
-                        f"after {attempt} retries"
-                        if left > 0
-                        else f"call limit {self.call_timeout_s:g} s reached"
-                    )
-                    raise TransportError(f"{what} ({why})", retries=attempt, status=status) from None
-                wait = min(self._backoff_s(attempt, _retry_after(exc)), left)
-                log.warning(
-                    "llm: %s call to %s failed: %s; retry %d of %d in %.1f s",
-                    req.template, self.base_url, what, attempt + 1, self.max_retries, wait,
-                )  # fmt: skip
-                self._sleep(wait)
-                attempt += 1
-            except (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError) as exc:
-                raise LLMError(
+
+        def fatal(exc: BaseException, attempt: int) -> BaseException | None:
+            if isinstance(
+                exc, openai.AuthenticationError | openai.PermissionDeniedError | openai.NotFoundError
+            ):
+                return LLMError(
                     scrub(f"backend openai at {self.base_url}: {type(exc).__name__}: {exc}", self._key)
-                ) from None
-            except openai.APIStatusError as exc:  # other 4xx: this request is bad, the run is not
-                raise TransportError(
+                )
+            if isinstance(exc, openai.APIStatusError):  # other 4xx: this request is bad, the run is not
+                return TransportError(
                     scrub(f"{type(exc).__name__}: {exc}", self._key), retries=attempt, status=exc.status_code
-                ) from None
-            except openai.APIError as exc:  # anything else the client rejects
-                raise TransportError(
-                    scrub(f"{type(exc).__name__}: {exc}", self._key), retries=attempt
-                ) from None
+                )
+            if isinstance(exc, openai.APIError):  # anything else the client rejects
+                return TransportError(scrub(f"{type(exc).__name__}: {exc}", self._key), retries=attempt)
+            return None
+
+        return self.retrying.run(
+            lambda deadline, attempt: self._try(client, kwargs, deadline, attempt),
+            retryable=retryable, what=f"llm: {req.template}", where=self.base_url,
+            scrub=lambda text: scrub(text, self._key), retry_after=_retry_after, fatal=fatal,
+            pacing=lambda: self.limiter.slot(est_tokens),
+        )  # fmt: skip
 
     def _try(self, client: Any, kwargs: dict[str, Any], deadline: float, attempt: int) -> BackendReply:
         """One HTTP try within ``min(try_timeout_s, time left)`` of wall clock; the reply read and checked here."""
@@ -209,16 +183,6 @@ class OpenAIBackend:
                 self._client.close()
                 self._client = None
             self._key = None
-
-
-def _describe(exc: Exception) -> str:
-    """``APIConnectionError: Connection error. ([Errno 111] Connection refused)``: the client's words and the
-    cause underneath, which says what actually happened (refused, timed out, name not resolved)."""
-    text = f"{type(exc).__name__}: {exc}"
-    cause = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
-    if cause is not None and str(cause) and str(cause) not in text:
-        text += f" ({type(cause).__name__}: {cause})"
-    return " ".join(text.split())  # one line: it goes into warnings, the ledger and the run's failure summary
 
 
 class BadReply(RuntimeError):
@@ -273,23 +237,10 @@ def _sample(body: bytes) -> str:
     return " ".join(body[:60].decode("utf-8", "replace").split()) or "?"
 
 
-def _retry_after(exc: Exception) -> float | None:
-    """A server's ``Retry-After`` in seconds: either delay-seconds or an HTTP-date (RFC 9110, 10.2.3)."""
+def _retry_after(exc: BaseException) -> float | None:
+    """The ``Retry-After`` of the response an error carries, in seconds."""
     response = getattr(exc, "response", None)
-    value = response.headers.get("retry-after") if response is not None else None
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+    return retry_after_s(response.headers.get("retry-after") if response is not None else None)
 
 
 class ReplayBackend:

@@ -61,11 +61,10 @@ def run_frame(run: Run) -> pd.DataFrame:
         frame = frame.merge(scores, on=list(KEYS), how="left")
     ident = {"method": run.method, "dataset": run.dataset, "protocol": run.protocol.name, "run_dir": str(run.path),
              "config_hash": run.config_hash, "offline": run.offline, "git_sha": run.git_sha}  # fmt: skip
-    for key, value in reversed(list(ident.items())):
-        frame.insert(0, key, value)
-    for key, value in config_columns(run).items():
-        frame[key] = json.dumps(value) if isinstance(value, list) else value
-    return frame
+    config = {k: json.dumps(v) if isinstance(v, list) else v for k, v in config_columns(run).items()}
+    constants = pd.DataFrame({**ident, **config}, index=frame.index)  # one join: a column at a time fragments
+    return pd.concat([constants[list(ident)], frame.drop(columns=list(config), errors="ignore"),
+                      constants[list(config)]], axis=1)  # fmt: skip
 
 
 def _tidy(frame: pd.DataFrame) -> pd.DataFrame:

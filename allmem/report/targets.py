@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from allmem import cache_store
 from allmem.defaults import PRIMARY
-from allmem.paths import cache_dir, config_dir, resolve_data_path
+from allmem.paths import cache_dir, config_dir, resolve_data_path, user_config_dirs
 from allmem.report.runs import Run, by_hash, find_runs
 from allmem.run import files, identity
 
@@ -38,6 +38,43 @@ STAGE1_VARIANTS = ("stage1_bm25", "stage1_hybrid")
 # All-Mem with and without consolidation (the same points as in table1, so the same runs): the executed edits
 # Table 8 audits and Fig. 7 draws, and the rankings before consolidation.
 AUDIT = "atc_audit"
+
+
+# The experiment that compares methods (Table 1, and Tables 2-3 from its runs): every method config in the folders
+# of ALLMEM_CONFIG_PATH joins its method list, in the launcher, the summarise step and `allmem paper list`
+# (docs/LIBRARY.md, "Your own system in every target").
+COMPARED = "table1"
+
+
+def user_methods() -> tuple[str, ...]:
+    """The method configs (``method/<name>.yaml``) of ``ALLMEM_CONFIG_PATH``'s folders, by name; a name that is
+    also a repository method is refused (Hydra would quietly take the repository's)."""
+    names: dict[str, Path] = {}
+    for folder in user_config_dirs():
+        for path in sorted((folder / "method").glob("*.yaml")):
+            if (CONFIGS / "method" / path.name).exists():
+                raise SystemExit(f"{path}: a repository method has this name too; rename your config")
+            names.setdefault(path.stem, path)
+    return tuple(names)
+
+
+def _user_digest() -> str:
+    """What the user's config folders hold (names and bytes): part of the point-hash cache key."""
+    h = hashlib.sha256()
+    for folder in user_config_dirs():
+        for path in sorted(folder.rglob("*.yaml")):
+            h.update(f"{path.relative_to(folder)}\0".encode() + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def launch_overrides(experiment: str) -> list[str]:
+    """Overrides the launcher adds to an experiment's multirun: the compared methods with the user's (the
+    command line's ``method=`` replaces the experiment file's sweep list)."""
+    extra = user_methods() if experiment == COMPARED else ()
+    if not extra:
+        return []
+    listed = [p[0].split("=", 1)[1] for p in sweep_points(experiment)]
+    return [f"method={','.join(listed)}"]
 
 
 @dataclass(frozen=True)
@@ -131,9 +168,14 @@ def _compose(overrides: Sequence[str], hydra_config: bool = False) -> DictConfig
         return compose(config_name=PRIMARY, overrides=list(overrides), return_hydra_config=hydra_config)
 
 
-@lru_cache(maxsize=64)
 def sweep_points(experiment: str, use_cache: bool = True) -> tuple[tuple[str, ...], ...]:
-    """The override list of every point of an experiment's ``hydra.sweeper.params`` (Hydra's own expansion)."""
+    """The override list of every point of an experiment's ``hydra.sweeper.params`` (Hydra's own expansion),
+    with the user's methods in the compared experiment's list (``user_methods``)."""
+    return _sweep_points(experiment, use_cache, user_methods() if experiment == COMPARED else ())
+
+
+@lru_cache(maxsize=64)
+def _sweep_points(experiment: str, use_cache: bool, mine: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -151,11 +193,16 @@ def sweep_points(experiment: str, use_cache: bool = True) -> tuple[tuple[str, ..
             cache.data[key], cache.dirty = params, True
             cache.save()
     assert isinstance(params, dict)
+    if mine:  # the user's methods join the compared ones
+        params = {**params, "method": ",".join([str(params["method"]), *mine])}
     if not params:
         return ((),)
     parsed = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()])
     batches = BasicSweeper.split_arguments(parsed, None)
     return tuple(tuple(point) for batch in batches for point in batch)
+
+
+sweep_points.cache_clear = _sweep_points.cache_clear  # type: ignore[attr-defined]  # as when it was cached
 
 
 @dataclass(frozen=True)
@@ -173,14 +220,17 @@ class Point:
         return " ".join(self.overrides) or "(defaults)"
 
 
-@lru_cache(maxsize=1)
 def _fingerprint() -> str:
-    """What a composed config's hash depends on besides the overrides: every config file, the identity rules
-    (``allmem/run/identity.py``, ``allmem/run/files.py``) and the cache folder the configs interpolate."""
+    """What a composed config's hash depends on besides the overrides: every config file (the user's folders'
+    too), the identity rules (``allmem/run/identity.py``, ``allmem/run/files.py``) and the cache folder the
+    configs interpolate."""
+    return _fingerprint_of(os.environ.get("ALLMEM_CACHE", ""), _user_digest())
+
+
+@lru_cache(maxsize=4)
+def _fingerprint_of(cache: str, user: str) -> str:
     return cache_store.code_key(
-        ("configs", "allmem/run/identity.py", "allmem/run/files.py"),
-        os.environ.get("ALLMEM_CACHE", ""),
-        length=16,
+        ("configs", "allmem/run/identity.py", "allmem/run/files.py"), cache, user, length=16
     )
 
 

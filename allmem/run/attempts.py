@@ -11,7 +11,7 @@ import platform
 import socket
 import subprocess
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -237,12 +237,10 @@ def ended_by(exc: BaseException) -> str:
     return "failed" if isinstance(exc, expected_errors()) or is_environment_error(exc) else "crashed"
 
 
-def run_cost(run_dir: Path) -> dict[str, Any]:
-    """``cost``: LLM totals of the calls behind the kept results (each question's answer and judge calls from
-    the attempt that wrote its prediction; each dialogue's write and consolidation calls from the attempt whose
-    ingestion produced its memory), so a resumed run costs what an uninterrupted one does.
-    ``cost_all_attempts``: every call booked, abandoned work included (what was spent)."""
-    calls = files.read_jsonl(run_dir / files.CALLS)
+def kept_call(run_dir: Path) -> Callable[[dict[str, Any]], bool]:
+    """Whether a ``calls.jsonl`` line is behind the kept results: each question's answer and judge calls from
+    the attempt that wrote its prediction, each dialogue's write and consolidation calls from the attempt whose
+    ingestion produced its memory; a line of work an interrupted attempt left unfinished is not."""
     answered = {
         (r.get("dialogue_id"), r["question_id"]): int(r.get("attempt", 1))
         for r in files.read_jsonl(run_dir / files.PREDICTIONS)
@@ -259,4 +257,12 @@ def run_cost(run_dir: Path) -> dict[str, Any]:
             return ingested.get(call["dialogue_id"]) == attempt
         return True
 
+    return kept
+
+
+def run_cost(run_dir: Path) -> dict[str, Any]:
+    """``cost``: LLM totals of the calls behind the kept results (``kept_call``), so a resumed run costs what an
+    uninterrupted one does. ``cost_all_attempts``: every call booked, abandoned work included (what was spent)."""
+    calls = files.read_jsonl(run_dir / files.CALLS)
+    kept = kept_call(run_dir)
     return {"cost": totals_of([c for c in calls if kept(c)]), "cost_all_attempts": totals_of(calls)}

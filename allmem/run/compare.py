@@ -7,11 +7,11 @@ import argparse
 import fnmatch
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from allmem.run import files
+from allmem.run import attempts, files
 from allmem.run.identity import identity, recorded_hash
 
 # Fields that may differ between two runs of the same config on the same data and code, and only those
@@ -21,10 +21,15 @@ SAME_RESULT_IGNORES: tuple[str, ...] = (
     "cached", "spent_tokens_*",  # a cached reply and what it spared (the cache state on this machine)
     "bank_cache", "reused",  # a bank loaded from the bank cache, and the ATC events that came with it
     "attempt", "attempts", "retries",  # how many tries it took
+    "cost_all_attempts",  # what every try spent, work an interrupted attempt left unfinished included
     "*_at", "pid", "argv",  # when and by which process
 )  # fmt: skip
 # The files compared, each read as a multiset of records (order is the schedule's, not the result's).
 _COMPARED = (files.PREDICTIONS, files.CALLS, files.SYSTEM_STATS, files.EVENTS)
+
+
+def _all(rec: dict[str, Any]) -> bool:
+    return True
 
 
 def _ignored(key: str) -> bool:
@@ -54,10 +59,11 @@ def _diff(a: Any, b: Any, where: str, out: list[str], limit: int) -> None:
     out.append(f"{where}: {json.dumps(a, default=str)[:80]} != {json.dumps(b, default=str)[:80]}")
 
 
-def _records(path: Path) -> dict[str, Any]:
-    """A JSONL file's records without ignored fields, keyed by question (predictions) or by content."""
+def _records(path: Path, keep: Callable[[dict[str, Any]], bool] = _all) -> dict[str, Any]:
+    """A JSONL file's records that ``keep`` accepts, without ignored fields, keyed by question (predictions) or
+    by content."""
     out: dict[str, Any] = {}
-    for rec in files.read_jsonl(path):
+    for rec in filter(keep, files.read_jsonl(path)):
         rec = _strip(rec)
         key = json.dumps(rec, sort_keys=True, default=str)
         if path.name == files.PREDICTIONS:
@@ -92,13 +98,29 @@ def same_result(a: Path, b: Path, limit: int = 5) -> list[str]:
     for name in (files.METRICS, files.MANIFEST):
         _diff(_json_view(a / name), _json_view(b / name), name, out, limit)
     for name in _COMPARED:
-        ra, rb = _records(a / name), _records(b / name)
+        # calls.jsonl: the calls behind the kept results, as run_cost counts them (an interrupted attempt's
+        # unfinished work is spent, not part of the result)
+        ra, rb = (_records(d / name, attempts.kept_call(d) if name == files.CALLS else _all) for d in (a, b))
         if name == files.PREDICTIONS:
             _diff(ra, rb, name, out, limit)
         else:
             only_a, only_b = sorted(set(ra) - set(rb)), sorted(set(rb) - set(ra))
             if only_a or only_b:
                 out.append(f"{name}: {len(only_a)} lines only in A, {len(only_b)} only in B")
+    return out[:limit]
+
+
+def same_predictions(a: Path, b: Path, limit: int = 5) -> list[str]:
+    """The rule on ``predictions.jsonl`` alone ([] when equal): for runs of two configs that must answer alike,
+    such as a system in-process and the same system behind ``method=http`` (tests/test_remote.py)."""
+    out: list[str] = []
+    _diff(
+        _records(Path(a) / files.PREDICTIONS),
+        _records(Path(b) / files.PREDICTIONS),
+        files.PREDICTIONS,
+        out,
+        limit,
+    )
     return out[:limit]
 
 

@@ -30,6 +30,9 @@ NOT_IDENTITY: tuple[str, ...] = (
     "run.bank_cache",  # where All-Mem keeps re-usable banks (a re-used bank answers the same)
     # thread pools whose results are gathered in stream / buffer order (tests/test_faults_determinism.py)
     "method.write.describe_workers", "method.atc.workers", "atc.workers",  # method.atc is ${atc}
+    # method=http: how long and how often a memory service is asked, as for the LLM (its url counts)
+    "method.timeout_s", "method.connect_timeout_s", "method.max_retries", "method.backoff_base_s",
+    "method.backoff_max_s", "method.call_timeout_s",
 )  # fmt: skip
 # Override keys the path already shows (``<dataset>/<method>...``): not repeated in the name.
 _IN_PATH = ("dataset", "method")
