@@ -28,7 +28,13 @@ from allmem.types import RetrievalResult, Retrieved, SessionInfo, Turn, Utteranc
 
 ROUTES = ("reset", "session/start", "turn", "session/end", "session", "end", "search", "stats")
 INGEST_MODES = ("turn", "session")
-OPTIONAL = ("session/start", "session/end", "end", "stats")  # a service may answer 404: nothing to do there
+OPTIONAL = (
+    "session/start",
+    "session/end",
+    "end",
+    "stats",
+    "checkpoint",
+)  # a service may answer 404: nothing to do there
 
 
 # ---------------------------------------------------------------------------------------------- wire format
@@ -225,6 +231,9 @@ class HttpMemory(MemorySystem):
 
     def end_stream(self) -> None:
         self._ingest_call("end", {})
+
+    def checkpoint(self) -> None:
+        self._ingest_call("checkpoint", {})  # questions come mid-stream (protocol.ask; optional route)
 
     def retrieve(self, query: str, when: datetime | None = None) -> RetrievalResult:
         reply = self._call("search", {"query": query, "date": _date(when), "k": self.k}, "retrieve")

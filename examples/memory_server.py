@@ -46,6 +46,7 @@ def routes(system: MemorySystem) -> dict[str, Callable[[dict[str, Any]], Any]]:
         "session/end": lambda b: system.end_session(session_of(b["session"])) or {},
         "session": session,
         "end": lambda b: system.end_stream() or {},
+        "checkpoint": lambda b: system.checkpoint() or {},
         "search": search,
         "stats": lambda b: system.stats(),
     }

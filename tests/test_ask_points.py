@@ -163,7 +163,18 @@ def spy(monkeypatch):
 @pytest.mark.parametrize("method", METHODS)
 def test_every_method_asks_mid_stream_and_sees_nothing_later(method, tmp_path, cache_dir, spy):
     data = _write_fixture(tmp_path / "ask.json")
-    run_dir = runner_mod.run(_cfg(_overrides(tmp_path, cache_dir, data, method, "both")), [])
+    overrides = _overrides(tmp_path, cache_dir, data, method, "both")
+    if method == "http":  # a memory service: the reference server over BM25, checkpoint route included
+        from examples.memory_server import build_system, start
+
+        server, url = start(build_system("bm25"))
+        try:
+            run_dir = runner_mod.run(_cfg([*overrides, f"method.url={url}"]), [])
+        finally:
+            server.shutdown()
+            server.server_close()
+    else:
+        run_dir = runner_mod.run(_cfg(overrides), [])
     records = files.read_jsonl(run_dir / files.PREDICTIONS)
     keys = [(r["question_id"], r["ask"]) for r in records]
     assert len(keys) == len(set(keys)) == 2 * len(QA)  # each question once at each point
