@@ -26,15 +26,10 @@ from allmem.llm.retry import Retrying, retry_after_s
 from allmem.systems import MemorySystem, Resources
 from allmem.types import RetrievalResult, Retrieved, SessionInfo, Turn, Utterance
 
-ROUTES = ("reset", "session/start", "turn", "session/end", "session", "end", "search", "stats")
+ROUTES = ("reset", "session/start", "turn", "session/end", "session", "end", "search", "stats", "checkpoint")
 INGEST_MODES = ("turn", "session")
-OPTIONAL = (
-    "session/start",
-    "session/end",
-    "end",
-    "stats",
-    "checkpoint",
-)  # a service may answer 404: nothing to do there
+# a service may answer 404 to these: nothing to do there
+OPTIONAL = ("session/start", "session/end", "end", "stats", "checkpoint")
 
 
 # ---------------------------------------------------------------------------------------------- wire format
