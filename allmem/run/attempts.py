@@ -241,10 +241,10 @@ def kept_call(run_dir: Path) -> Callable[[dict[str, Any]], bool]:
     """Whether a ``calls.jsonl`` line is behind the kept results: each question's answer and judge calls from
     the attempt that wrote its prediction, each dialogue's write and consolidation calls from the attempt whose
     ingestion produced its memory; a line of work an interrupted attempt left unfinished is not."""
-    answered = {
-        (r.get("dialogue_id"), r["question_id"]): int(r.get("attempt", 1))
-        for r in files.read_jsonl(run_dir / files.PREDICTIONS)
-    }
+    # (dialogue, question) -> attempts of its records (protocol.ask=both: two records, maybe two attempts)
+    answered: dict[tuple[Any, str], set[int]] = {}
+    for r in files.read_jsonl(run_dir / files.PREDICTIONS):
+        answered.setdefault((r.get("dialogue_id"), r["question_id"]), set()).add(int(r.get("attempt", 1)))
     ingested = {
         r["dialogue_id"]: int(r.get("attempt", 1)) for r in files.read_jsonl(run_dir / files.SYSTEM_STATS)
     }
@@ -252,7 +252,7 @@ def kept_call(run_dir: Path) -> Callable[[dict[str, Any]], bool]:
     def kept(call: dict[str, Any]) -> bool:
         attempt = int(call.get("attempt") or 1)
         if call.get("question_id") is not None:
-            return answered.get((call.get("dialogue_id"), call["question_id"])) == attempt
+            return attempt in answered.get((call.get("dialogue_id"), call["question_id"]), ())
         if call.get("dialogue_id") is not None:
             return ingested.get(call["dialogue_id"]) == attempt
         return True

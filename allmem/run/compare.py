@@ -67,7 +67,7 @@ def _records(path: Path, keep: Callable[[dict[str, Any]], bool] = _all) -> dict[
         rec = _strip(rec)
         key = json.dumps(rec, sort_keys=True, default=str)
         if path.name == files.PREDICTIONS:
-            key = f"{rec.get('dialogue_id')}/{rec.get('question_id')}"
+            key = f"{rec.get('dialogue_id')}/{rec.get('question_id')}@{rec.get('ask') or 'end'}"
         while key in out:  # the same line twice is kept twice
             key += "+"
         out[key] = rec
