@@ -307,3 +307,38 @@ def test_longmemeval_is_binned_by_sessions_only(tmp_path, cache_dir):
     after = table[(table["ask"] == "after_evidence") & (table["metric"] == "F1")]
     with_since = [r for r in run.records() if r["ask"] == "after_evidence" and r.get("since") is not None]
     assert list(after["bin"]) == ["0"] and after["n"].item() == len(with_since) > 0
+
+
+def test_after_evidence_alone_asks_each_question_once(tmp_path, cache_dir):
+    data = _write_fixture(tmp_path / "ask.json")
+    run_dir = runner_mod.run(_cfg(_overrides(tmp_path, cache_dir, data, "bm25", "after_evidence")), [])
+    records = files.read_jsonl(run_dir / files.PREDICTIONS)
+    # in ask order: q0 after session 1, q1 after session 2, q2 (no matched evidence) at the end
+    assert [(r["question_id"][-1], r["ask"], r.get("since")) for r in records] == [
+        (str(n), "after_evidence", SINCE[n, "after_evidence"]) for n in range(3)
+    ]
+    metrics = json.loads((run_dir / files.METRICS).read_text())
+    assert "by_ask" not in metrics and metrics["overall"]["count"] == len(QA)
+
+
+def test_paired_test_joins_on_the_ask_point():
+    import pandas as pd
+
+    from allmem.report.compare import compare
+
+    def frame(rows):
+        return pd.DataFrame([{"dialogue_id": "d", "question_id": q, "ask": a, "group": "4", "included": True,
+                              "f1": f} for q, a, f in rows])  # fmt: skip
+
+    both = frame(
+        [("q0", "after_evidence", 1.0), ("q0", "end", 0.0), ("q1", "after_evidence", 1.0), ("q1", "end", 1.0)]
+    )
+    end = frame([("q0", "end", 0.0), ("q1", "end", 1.0)])
+    rows = compare({"end": end, "both": both}, ["f1"], reference="end", by_group=False)
+    row = rows[rows["label"] == "both"].iloc[0]
+    # by hand: the end records pair (0 - 0, 1 - 1): delta 0, p 1; joined on the question alone q0's after_evidence
+    # record would pair with the reference too (1 - 0) and make the delta 100 / 3
+    assert row["delta"] == 0.0 and row["p"] == 1.0
+    assert (
+        row["mean"] == pytest.approx(75.0) and row["n"] == 4
+    )  # the label's own mean: every record of the run
