@@ -342,3 +342,25 @@ def test_paired_test_joins_on_the_ask_point():
     assert (
         row["mean"] == pytest.approx(75.0) and row["n"] == 4
     )  # the label's own mean: every record of the run
+
+
+def test_both_with_workers_and_shards_makes_the_single_process_run(tmp_path):
+    from allmem.run import compare
+    from tests.faultkit import allmem_run, done_dir
+
+    lme = (
+        "+debug=default",
+        "dataset=longmemeval_s",
+        "method=allmem",
+        "protocol.ask=both",
+    )  # ATC and LLM calls
+    cache = tmp_path / "cache"
+    one = done_dir(allmem_run(tmp_path, *lme, "run.workers=1", cache=cache))
+    (tmp_path / "w2").mkdir()
+    two = done_dir(allmem_run(tmp_path / "w2", *lme, "run.workers=2", cache=cache))
+    (tmp_path / "sh").mkdir()
+    assert allmem_run(tmp_path / "sh", *lme, "run.shard=1/2", cache=cache).rc == 0
+    sharded = done_dir(allmem_run(tmp_path / "sh", *lme, "run.shard=2/2", cache=cache))
+    assert compare.same_result(one, two) == [] and compare.same_result(one, sharded) == []
+    records = files.read_jsonl(one / files.PREDICTIONS)
+    assert {r["ask"] for r in records} == {"after_evidence", "end"} and files.read_jsonl(one / files.CALLS)
