@@ -64,10 +64,10 @@ def test_changed_prediction_differs(two_runs: tuple[Path, Path], tmp_path: Path)
     copy = shutil.copytree(two_runs[0], tmp_path / "copy")
     _edit_predictions(copy, lambda r: r.update(prediction="something else"))
     diffs = compare.same_result(two_runs[1], copy)
-    assert len(diffs) == 1 and diffs[0].startswith("predictions.jsonl.conv-1/conv-1:q0000.prediction:")
+    assert len(diffs) == 1 and diffs[0].startswith("predictions.jsonl.conv-1/conv-1:q0000@end.prediction:")
     res = _compare(two_runs[1], copy)
     assert res.returncode == 1
-    assert "differs: predictions.jsonl.conv-1/conv-1:q0000.prediction" in res.stdout
+    assert "differs: predictions.jsonl.conv-1/conv-1:q0000@end.prediction" in res.stdout
 
 
 def test_a_run_in_one_root_only_is_missing(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
