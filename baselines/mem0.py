@@ -28,8 +28,9 @@ Simplified, and why:
 - Extraction calls of a session are made before its update calls (they depend only on the messages, not on the
   store, so the final store is the same), which lets a real endpoint answer them concurrently.
 - Memory ids are ``<store owner>:<n>`` instead of uuids, so reruns are identical.
-- Not the installed ``mem0ai`` 2.x pipeline (additive extraction, BM25 + entity boost, score threshold): that is
-  ``mem0_pkg`` (``baselines/mem0_pkg.py``).
+- Not the installed ``mem0ai`` 2.x pipeline (additive extraction, BM25 + entity boost, score threshold): that
+  later pipeline is not offered here (README, "mem0_pkg"), since its ``add`` needs an LLM and it is not the
+  paper's algorithm.
 
 Offline roles (``Mem0Responder``, deterministic, labelled offline in every table):
 - extraction: one fact per user message, its non-filler sentences with the first person rewritten to the
