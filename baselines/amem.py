@@ -155,6 +155,7 @@ class AMemResponder:
 
 class AMem(SessionWriter):
     name = "amem"
+    search_kind = "dense"
 
     def __init__(
         self,

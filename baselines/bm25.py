@@ -52,6 +52,7 @@ class TurnBM25:
 
 class BM25(TurnMemory):
     name = "bm25"
+    search_kind = "lexical"
 
     def __init__(
         self, k: int | None = 50, k1: float = 1.2, b: float = 0.75, resources: Resources | None = None

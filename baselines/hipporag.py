@@ -125,6 +125,7 @@ class HippoRAGResponder:
 
 class HippoRAG2(MemorySystem):
     name = "hipporag"
+    search_kind = "dense+graph"
 
     def __init__(
         self,

@@ -164,6 +164,7 @@ def offline_facts(records: Sequence[dict[str, str]]) -> list[str]:
 
 class Mem0(SessionWriter):
     name = "mem0"
+    search_kind = "dense"
 
     def __init__(
         self,

@@ -88,6 +88,7 @@ class Block:
 
 class MemGPT(MemorySystem):
     name = "memgpt"
+    search_kind = "dense+lexical"
 
     def __init__(
         self,
