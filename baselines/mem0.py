@@ -171,6 +171,7 @@ class Mem0(SessionWriter):
         batch_size: int = 2,
         neighbours: int = 5,
         top_k: int | None = 30,
+        temperature: float | None = None,
         resources: Resources | None = None,
     ) -> None:
         super().__init__(resources)
@@ -178,7 +179,7 @@ class Mem0(SessionWriter):
             raise ValueError("configs/method/mem0.yaml: batch_size, neighbours and top_k must be >= 1")
         self.batch_size, self.neighbours, self.top_k = batch_size, neighbours, top_k
         self.embedder = embedder_of(self.resources, "mem0")
-        self.llm = llm_of(self.resources)
+        self.llm = llm_of(self.resources, temperature)
         self.reset("")
 
     def reset(self, dialogue_id: str) -> None:
