@@ -57,6 +57,9 @@ class MemorySystem(ABC):
     """Base class. Subclasses are built from ``configs/method/<name>.yaml`` with ``resources=`` passed in."""
 
     name: str = "system"
+    # How the system finds memories at question time, for Table 1's like-for-like footer: "dense" (embedding
+    # cosine only), "lexical" (term matching only), "dense+lexical", "dense+graph", or "recency" (no search).
+    search_kind: str = "dense"
 
     def __init__(self, resources: Resources | None = None) -> None:
         self.resources = resources or Resources()

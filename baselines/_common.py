@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -19,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from allmem.llm.base import ChatRequest
 from allmem.llm.prompts import build_request
 from allmem.llm.roles import RoleFailure, failure_of, run_role
 from allmem.memory.fusion import top_positions
@@ -58,14 +60,39 @@ class Tally(Counter):
         return {k: int(v) for k, v in sorted(self.items()) if v}
 
 
-def llm_of(resources: Resources) -> Any:
-    """The run's LLM, or the offline one when a system is built without (library use, unit tests)."""
-    if resources.llm is not None:
-        return resources.llm
-    from allmem.llm import build_llm
+def llm_of(resources: Resources, temperature: float | None = None) -> Any:
+    """The run's LLM, or the offline one when a system is built without (library use, unit tests).
 
-    resources.llm = build_llm({"backend": "offline", "cache": {"enabled": False}})
-    return resources.llm
+    ``temperature`` (a method config's upstream sampling temperature) is set on every request the system sends
+    through the returned object; None leaves the client's own (``llm.temperature``), so a config without the key
+    sends exactly the requests it sent before."""
+    if resources.llm is None:
+        from allmem.llm import build_llm
+
+        resources.llm = build_llm({"backend": "offline", "cache": {"enabled": False}})
+    return resources.llm if temperature is None else AtTemperature(resources.llm, float(temperature))
+
+
+class AtTemperature:
+    """An LLM whose requests carry one temperature (unless a request sets its own); everything else is the
+    wrapped LLM's (cache, ledger, backend)."""
+
+    def __init__(self, llm: Any, temperature: float) -> None:
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        self.inner, self.temperature = llm, temperature
+
+    def _set(self, req: ChatRequest) -> ChatRequest:
+        return req if req.temperature is not None else dataclasses.replace(req, temperature=self.temperature)
+
+    def chat(self, req: ChatRequest) -> Any:
+        return self.inner.chat(self._set(req))
+
+    def chat_many(self, requests: Sequence[ChatRequest]) -> list[Any]:
+        return self.inner.chat_many([self._set(r) for r in requests])
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
 
 
 def embedder_of(resources: Resources, owner: str) -> Any:

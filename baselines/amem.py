@@ -155,6 +155,7 @@ class AMemResponder:
 
 class AMem(SessionWriter):
     name = "amem"
+    search_kind = "dense"
 
     def __init__(
         self,
@@ -162,6 +163,7 @@ class AMem(SessionWriter):
         neighbours: int = 5,
         evo_threshold: int = 100,
         evolve_cos: float = 0.6,
+        temperature: float | None = None,
         resources: Resources | None = None,
     ) -> None:
         super().__init__(resources)
@@ -174,7 +176,7 @@ class AMem(SessionWriter):
             evolve_cos,
         )
         self.embedder = embedder_of(self.resources, "amem")
-        self.llm = llm_of(self.resources)
+        self.llm = llm_of(self.resources, temperature)
         self.reset("")
 
     def reset(self, dialogue_id: str) -> None:

@@ -52,6 +52,7 @@ class TurnBM25:
 
 class BM25(TurnMemory):
     name = "bm25"
+    search_kind = "lexical"
 
     def __init__(
         self, k: int | None = 50, *, k1: float, b: float, resources: Resources | None = None

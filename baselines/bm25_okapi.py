@@ -24,6 +24,7 @@ from ._turns import TurnMemory
 
 class BM25Okapi(TurnMemory):
     name = "bm25_okapi"
+    search_kind = "lexical"
 
     def __init__(self, k: int | None = 50, resources: Resources | None = None) -> None:
         super().__init__(k=k, resources=resources)

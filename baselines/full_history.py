@@ -20,6 +20,7 @@ from ._turns import TurnMemory
 
 class FullHistory(TurnMemory):
     name = "full_history"
+    search_kind = "recency"
 
     def __init__(self, k: int | None = None, resources: Resources | None = None) -> None:
         super().__init__(k=k, resources=resources)

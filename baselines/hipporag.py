@@ -28,10 +28,14 @@ id (upstream: the md5 of the text), so identical utterances stay apart and every
 every turn-level method embeds, so the shared cache serves it.
 
 Simplified, and why:
-- The graph is built once after ingestion (and again only if more passages arrive), not after every session:
-  upstream rebuilds it from all passages each time, so the graph a question sees is the same.
-- The filter's reply is matched to the candidates exactly (after normalisation) instead of by difflib's closest
-  match; a fact that is not a candidate is skipped and counted (``skipped_unknown_fact``).
+- The graph is built once after ingestion (and again only if more passages arrive), from all passages at once,
+  as upstream's ``index`` builds it on a fresh store. Upstream indexing session by session would not give the
+  same graph: its ``index`` extends the saved graph (``augment_graph``, ``add_new_edges``) rather than rebuilding
+  it, so edge weights and synonym edges depend on the order passages arrived in. The size of that difference on
+  LoCoMo has not been measured.
+- Not simplified, for the record: each fact of the filter's reply is mapped to the closest candidate by difflib's ratio, as upstream
+  (``closest_candidate``; ``filter_match_cutoff``, upstream 0.0, so a paraphrase still selects its candidate); a
+  reply fact that is not a list or string is skipped and counted (``skipped_unknown_fact``).
 - Embeddings: all-MiniLM-L6-v2 without query instructions (the paper used NV-Embed-v2); LLM: whatever
   ``llm=`` names (the paper used Llama-3.3-70B).
 - A reset vector that sums to zero (only possible for a one-passage memory) becomes uniform instead of
@@ -44,6 +48,7 @@ entities and (e_i, co-occurs with, e_i+1) between consecutive ones; the filter k
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 import time
@@ -63,6 +68,25 @@ from ._turns import turn_unit
 
 Triple = tuple[str, str, str]
 _NON_ALNUM = re.compile(r"[^a-z0-9 ]")
+
+
+def closest_candidate(fact: Any, candidates: list[Triple], cutoff: float) -> int | None:
+    """Index of the candidate closest to one fact of the filter's reply, as upstream's ``DSPyFilter`` maps it
+    (``difflib.get_close_matches(..., n=1)``): both sides normalised and joined with spaces, similarity =
+    ``difflib.SequenceMatcher.ratio``, the best candidate kept if its ratio is at least ``cutoff`` (upstream 0.0:
+    every reply fact maps to some candidate); ties go to the higher-ranked candidate. A fact that is neither a
+    list nor a string, or an empty one, gives ``None``."""
+    if isinstance(fact, (list, tuple)):
+        text = " ".join(normalise(x) for x in fact).strip()
+    elif isinstance(fact, str):
+        text = normalise(fact)
+    else:
+        return None
+    if not text or not candidates:
+        return None
+    ratios = [difflib.SequenceMatcher(None, text, " ".join(c)).ratio() for c in candidates]
+    best = max(range(len(ratios)), key=lambda i: (ratios[i], -i))
+    return best if ratios[best] >= cutoff else None
 
 
 def normalise(text: Any) -> str:
@@ -101,6 +125,7 @@ class HippoRAGResponder:
 
 class HippoRAG2(MemorySystem):
     name = "hipporag"
+    search_kind = "dense+graph"
 
     def __init__(
         self,
@@ -111,9 +136,15 @@ class HippoRAG2(MemorySystem):
         synonym_max: int = 100,
         retrieval_top_k: int | None = 200,
         max_entities: int = 3,
+        filter_match_cutoff: float = 0.0,
         resources: Resources | None = None,
     ) -> None:
         super().__init__(resources)
+        if not 0 <= filter_match_cutoff <= 1:
+            raise ValueError(
+                f"configs/method/hipporag.yaml: filter_match_cutoff must be in [0, 1], got {filter_match_cutoff}"
+            )
+        self.filter_match_cutoff = filter_match_cutoff
         if linking_top_k < 1 or synonym_max < 0 or (retrieval_top_k is not None and retrieval_top_k < 1):
             raise ValueError("configs/method/hipporag.yaml: linking_top_k and retrieval_top_k must be >= 1")
         if not 0 < damping < 1:
@@ -284,14 +315,14 @@ class HippoRAG2(MemorySystem):
         reply = ask(self.llm, "hipporag_filter", variables, self.responder, self.tally)
         if reply is None:
             return []
-        by_fact = {self.facts[i]: i for i in cand}
         kept: list[tuple[int, float]] = []
         for f in reply["fact"]:
-            key = tuple(normalise(x) for x in f) if isinstance(f, (list, tuple)) else ()
-            idx = by_fact.get(key)  # type: ignore[arg-type]
+            idx = closest_candidate(f, [self.facts[i] for i in cand], self.filter_match_cutoff)
             if idx is None:
                 self.tally["skipped_unknown_fact"] += 1
-            elif all(k != idx for k, _ in kept):
+                continue
+            idx = int(cand[idx])
+            if all(k != idx for k, _ in kept):
                 kept.append((idx, float(fact_scores[idx])))
         return kept
 

@@ -23,6 +23,7 @@ from .naive_rag import NaiveRAG
 
 class HybridRAG(NaiveRAG):
     name = "hybrid_rag"
+    search_kind = "dense+lexical"
 
     def __init__(
         self,

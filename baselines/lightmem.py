@@ -81,6 +81,7 @@ class Entry:
 
 class LightMem(SessionWriter):
     name = "lightmem"
+    search_kind = "dense"
 
     def __init__(
         self,

@@ -28,8 +28,9 @@ Simplified, and why:
 - Extraction calls of a session are made before its update calls (they depend only on the messages, not on the
   store, so the final store is the same), which lets a real endpoint answer them concurrently.
 - Memory ids are ``<store owner>:<n>`` instead of uuids, so reruns are identical.
-- Not the installed ``mem0ai`` 2.x pipeline (additive extraction, BM25 + entity boost, score threshold): that is
-  ``mem0_pkg`` (``baselines/mem0_pkg.py``).
+- Not the installed ``mem0ai`` 2.x pipeline (additive extraction, BM25 + entity boost, score threshold): that
+  later pipeline is not offered here (README, "mem0_pkg"), since its ``add`` needs an LLM and it is not the
+  paper's algorithm.
 
 Offline roles (``Mem0Responder``, deterministic, labelled offline in every table):
 - extraction: one fact per user message, its non-filler sentences with the first person rewritten to the
@@ -163,12 +164,14 @@ def offline_facts(records: Sequence[dict[str, str]]) -> list[str]:
 
 class Mem0(SessionWriter):
     name = "mem0"
+    search_kind = "dense"
 
     def __init__(
         self,
         batch_size: int = 2,
         neighbours: int = 5,
         top_k: int | None = 30,
+        temperature: float | None = None,
         resources: Resources | None = None,
     ) -> None:
         super().__init__(resources)
@@ -176,7 +179,7 @@ class Mem0(SessionWriter):
             raise ValueError("configs/method/mem0.yaml: batch_size, neighbours and top_k must be >= 1")
         self.batch_size, self.neighbours, self.top_k = batch_size, neighbours, top_k
         self.embedder = embedder_of(self.resources, "mem0")
-        self.llm = llm_of(self.resources)
+        self.llm = llm_of(self.resources, temperature)
         self.reset("")
 
     def reset(self, dialogue_id: str) -> None:

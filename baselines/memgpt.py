@@ -88,6 +88,7 @@ class Block:
 
 class MemGPT(MemorySystem):
     name = "memgpt"
+    search_kind = "dense+lexical"
 
     def __init__(
         self,
@@ -303,8 +304,8 @@ class MemGPT(MemorySystem):
 
     def run_search(self, call: dict[str, Any]) -> list[Retrieved]:
         name, args = call.get("name"), call.get("arguments") or {}
-        page = args.get("page", 0) if isinstance(args, dict) else None
-        if not isinstance(args, dict) or not isinstance(page, int) or isinstance(page, bool) or page < 0:
+        page = coerce_page(args.get("page")) if isinstance(args, dict) else None
+        if page is None:
             self.tally["skipped_bad_arguments"] += 1
             return []
         if name == "archival_memory_search":
@@ -363,3 +364,27 @@ class MemGPT(MemorySystem):
             "core_chars": sum(len(b.text) for b in self.core.values()),
             "recall_messages": len(self.recall),
         } | self.tally.as_stats()
+
+
+def coerce_page(value: Any) -> int | None:
+    """A search's ``page`` as upstream reads it (letta ``archival_memory_search``): missing, null or "none" is page 0, an integer-valued string or float is that
+    integer (``"0"`` → 0, ``1.0`` → 1); a negative, fractional or non-numeric value (or a bool) is ``None``."""
+    if value is None:
+        return 0
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        value = value.strip()
+        if not value or value.lower() in ("none", "null"):
+            return 0
+        try:
+            value = float(value)
+        except ValueError:
+            return None
+    if isinstance(value, float):
+        if not value.is_integer():
+            return None
+        value = int(value)
+    if isinstance(value, int) and value >= 0:
+        return value
+    return None

@@ -20,6 +20,7 @@ from ._turns import TurnMemory
 
 class NaiveRAG(TurnMemory):
     name = "naive_rag"
+    search_kind = "dense"
 
     def __init__(self, k: int | None = 50, resources: Resources | None = None) -> None:
         super().__init__(k=k, resources=resources)

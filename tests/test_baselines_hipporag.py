@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from allmem.systems import Resources
-from baselines.hipporag import HippoRAG2, normalise
+from baselines.hipporag import HippoRAG2, closest_candidate, normalise
 from tests.baselines_support import TableEmbedder, feed, scripted, seen, sessions
 
 
@@ -121,15 +121,47 @@ def test_a_passage_reachable_only_through_a_synonym_outranks_a_denser_unconnecte
     assert [u.id for u in unlinked.retrieve(QUESTION).units] == ["D1:3", "D1:2", "D1:1"]
 
 
-@pytest.mark.parametrize("reply", [{"fact": []}, {"fact": [["x", "y", "z"]]}, "no json"])
-def test_empty_or_unknown_filter_result_falls_back_to_dense(reply) -> None:
-    system = _system(TOY, _toy_embedder(), {"hipporag_filter": [reply]})
+@pytest.mark.parametrize(
+    ("reply", "kw"),
+    [
+        ({"fact": []}, {}),
+        ({"fact": [5]}, {}),
+        ("no json", {}),
+        ({"fact": [["x", "y", "z"]]}, {"filter_match_cutoff": 0.9}),
+    ],
+)
+def test_empty_or_unknown_filter_result_falls_back_to_dense(reply, kw) -> None:
+    system = _system(TOY, _toy_embedder(), {"hipporag_filter": [reply]}, **kw)
     res = system.retrieve(QUESTION)
     assert [u.id for u in res.units] == ["D1:3", "D1:2", "D1:1"]  # dense order
     assert [u.score for u in res.units] == pytest.approx([1.0, 0.6, 0.0], abs=1e-6)
     assert system.tally["dense_fallback"] == 1
-    if reply == {"fact": [["x", "y", "z"]]}:
+    if kw:  # a real triple below the cutoff is skipped and counted
         assert system.tally["skipped_unknown_fact"] == 1
+
+
+@pytest.mark.parametrize(
+    "fact",
+    [
+        ["Ben", "likes", "puppy"],  # the clean reply
+        ["Ben", "is fond of", "puppies"],  # paraphrased predicate and plural object
+        ["ben", "likes", "a puppy", "extra"],  # a fourth part
+    ],
+)
+def test_a_paraphrased_filter_fact_maps_to_its_closest_candidate(fact) -> None:
+    system = _system(TOY, _toy_embedder(), {"hipporag_filter": [{"fact": [fact]}]})
+    assert [u.id for u in system.retrieve(QUESTION).units] == ["D1:3", "D1:1", "D1:2"]  # as the clean reply
+    assert "dense_fallback" not in system.tally and "skipped_unknown_fact" not in system.tally
+
+
+def test_closest_candidate_ratios_by_hand() -> None:
+    cands = [("ben", "likes", "puppy"), ("ana", "has", "pup")]
+    # "ben is fond of puppies" vs "ben likes puppy": difflib ratio 2*M/T; vs "ana has pup" lower
+    assert closest_candidate(["Ben", "is fond of", "puppies"], cands, 0.0) == 0
+    assert closest_candidate("ana has a pup", cands, 0.0) == 1
+    assert closest_candidate(["zzz"], cands, 0.5) is None and closest_candidate({}, cands, 0.0) is None
+    # a tie goes to the higher-ranked candidate
+    assert closest_candidate("q", [("a", "b", "c"), ("d", "e", "f")], 0.0) == 0
 
 
 def test_invalid_triples_are_skipped_and_counted() -> None:

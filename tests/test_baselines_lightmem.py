@@ -129,3 +129,17 @@ def test_idf_compressor_keeps_the_rate_and_protected_tokens() -> None:
     toks = out.split()
     assert len(toks) >= math.ceil(0.6 * 11) and {"Melanie", "12", "May"} <= set(toks)
     assert out == " ".join(t for t in "I met Melanie on 12 May and the dog was happy".split() if t in toks)
+
+
+def test_update_deletes_on_conflict_not_on_duplicate() -> None:
+    from allmem.llm.prompts import load_template
+    from baselines.lightmem_offline import offline_update
+
+    # the offline role: a repeat is left alone, a contradiction deletes
+    assert offline_update("Ana has a puppy", ["Ana has a puppy"]) == {"action": "ignore"}
+    assert offline_update("Ana has a puppy", ["Ana no longer has a puppy"]) == {"action": "delete"}
+    # the online prompt says the same (upstream's UPDATE_PROMPT deletes only on a contradiction)
+    tpl = load_template("lightmem_update")
+    text = " ".join(str(getattr(tpl, "user", "") or tpl).split())
+    assert '"delete": only if a later fact contradicts it' in text
+    assert "including when a later fact only repeats it" in text and "only repeats one of them" not in text

@@ -128,3 +128,21 @@ def test_query_order_and_core_memory_limits() -> None:
     assert [u.score for u in res.units] == sorted((u.score for u in res.units), reverse=True)
     assert system.tally["skipped_unknown_function"] == 1
     assert seen(system.llm, "memgpt_search")[0].phase == "retrieve"
+
+
+def test_page_is_coerced_as_upstream() -> None:
+    from baselines.memgpt import coerce_page
+
+    assert [coerce_page(v) for v in (None, "0", " 1 ", "None", "", 2, 1.0, "2.0")] == [0, 0, 1, 0, 0, 2, 1, 2]
+    assert [coerce_page(v) for v in (-1, "-1", 1.5, "one", True, [1])] == [None] * 6
+    system = _system(window=100_000)
+    system.reset("conv-t")
+    for t in TURNS[:12]:
+        system.ingest(t)
+    clean = system.run_search({"name": "conversation_search", "arguments": {"query": "message", "page": 0}})
+    for page in ("0", None):
+        got = system.run_search(
+            {"name": "conversation_search", "arguments": {"query": "message", "page": page}}
+        )
+        assert [u.id for u in got] == [u.id for u in clean] == [t.id for t in TURNS[:5]]
+    assert "skipped_bad_arguments" not in system.tally

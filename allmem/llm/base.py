@@ -58,6 +58,8 @@ class ChatRequest:
     answer from them instead of parsing the prompt. ``payload`` carries live objects an offline role may need
     (for example the ``AnswerRequest`` with its retrieved units); it is never part of the cache key.
     ``sample`` distinguishes repeated calls of one prompt (judge majority votes) in the cache.
+    ``temperature`` is this request's sampling temperature (None: the client's ``temperature``, or
+    ``judge.temperature`` for judge calls); it is part of the cache key. The offline backend ignores it.
     """
 
     phase: str
@@ -70,6 +72,7 @@ class ChatRequest:
     max_tokens: int | None = None
     sample: int = 0
     payload: Any = field(default=None, compare=False, repr=False)
+    temperature: float | None = None
 
     def __post_init__(self) -> None:
         if self.phase not in PHASES:

@@ -137,7 +137,9 @@ class LLM:
         judge = req.phase == "judge"
         model = req.model or (self.judge_model if judge else self.model)
         params: dict[str, Any] = {
-            "temperature": self.judge_temperature if judge else self.temperature,
+            "temperature": float(req.temperature)
+            if req.temperature is not None
+            else (self.judge_temperature if judge else self.temperature),
             "json_mode": req.json_schema is not None,
             "max_tokens": req.max_tokens,
         }

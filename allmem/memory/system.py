@@ -58,6 +58,9 @@ class AllMem(MemorySystem):
     """All-Mem: visible-surface anchoring, typed-link expansion, re-ranking; ATC through a hook."""
 
     name = "allmem"
+    search_kind = (
+        "dense+links"  # Stage 1 as ``retrieval.stage1`` says, then link expansion (Table 1's footer)
+    )
 
     def __init__(
         self,

@@ -8,7 +8,10 @@ import re
 from collections.abc import Sequence
 
 import pandas as pd
+from hydra.utils import get_class
+from omegaconf import OmegaConf
 
+from allmem.defaults import CONFIG_DIR
 from allmem.report import stats, views
 from allmem.report.compare import OVERALL, by_dialogue, cell, compare, metric_title
 from allmem.report.items import item_frame
@@ -69,6 +72,64 @@ def compute(runs: Sequence[Run], dataset: str, names: Sequence[str] | None = Non
     tokens = {k: f.loc[f["included"], "context_tokens"].astype(float).mean() for k, f in frames.items()}
     out["context_tokens"] = out["label"].map(tokens)
     out.insert(0, "dataset", dataset)
+    return out
+
+
+STAGE1_SEARCH = {"dense": "dense", "bm25": "lexical", "hybrid": "dense+lexical", "fused": "dense+lexical"}
+FIT_MARK = (
+    "fit_retrieval.py"  # a method config whose comments name the fitting script carries fitted constants
+)
+
+
+def search_of(run: Run) -> str:
+    """How a run's method searches, from its config: the class's ``search_kind`` (``allmem.systems``), with
+    All-Mem's Stage 1 read from ``method.retrieval.stage1``."""
+    method = run.cfg.method
+    try:
+        kind = str(getattr(get_class(str(method._target_)), "search_kind", "unknown"))
+    except Exception:  # a run folder whose class is gone: say so rather than guess
+        return "unknown"
+    stage1 = OmegaConf.select(method, "retrieval.stage1", default=None)
+    if stage1 is not None and kind.endswith("+links"):
+        kind = f"{STAGE1_SEARCH.get(str(stage1), str(stage1))}+links"
+    return kind
+
+
+def fitted_of(run: Run) -> bool:
+    """Whether the method's config file (or one it extends) says its constants were fitted on LoCoMo."""
+    seen: set[str] = set()
+    todo = [str(run.cfg.method.name)]
+    while todo:
+        name = todo.pop()
+        path = CONFIG_DIR / "method" / f"{name}.yaml"
+        if name in seen or not path.exists():
+            continue
+        seen.add(name)
+        text = path.read_text(encoding="utf-8")
+        if FIT_MARK in text:
+            return True
+        todo += re.findall(r"^\s*-\s*([A-Za-z0-9_]+)\s*$", text, re.M)  # the ``defaults:`` list
+    return False
+
+
+def like_for_like_note(runs: Sequence[Run]) -> str:
+    """Table 1's footer: which rows search by embedding alone, which add lexical search, graph or links, which
+    carry constants fitted on the fit conversations; derived from each run's method config."""
+    groups: dict[str, list[str]] = {}
+    fitted = []
+    for run in runs:
+        groups.setdefault(search_of(run), []).append(f"`{run.method}`")
+        if fitted_of(run):
+            fitted.append(f"`{run.method}`")
+    parts = [f"{kind}: {', '.join(labels)}" for kind, labels in sorted(groups.items())]
+    out = (
+        "Search at question time (like-for-like rows share a kind; all embed with the same model): "
+        + "; ".join(parts)
+        + "."
+    )
+    if fitted:
+        out += f" Constants fitted on the fit conversations (scripts/fit_retrieval.py): {', '.join(fitted)}."
+    out += " Every row is read by the same reader (`generator=`); see docs/BASELINES.md for per-system simplifications."
     return out
 
 
@@ -149,6 +210,7 @@ def markdown_for(table: pd.DataFrame, runs: Sequence[Run], dataset: str) -> str:
             )
         )
         out.append(f"({n} questions.)")
+    out.append(like_for_like_note(runs))
     note = _judge_note(runs)
     if note:
         out.append(note)
