@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -97,6 +98,17 @@ def start(system: MemorySystem, host: str = "127.0.0.1") -> tuple[ThreadingHTTPS
     server = make_server(system, host, 0)
     threading.Thread(target=server.serve_forever, name="memory-server", daemon=True).start()
     return server, f"http://{host}:{server.server_address[1]}"
+
+
+@contextmanager
+def serving(method: str) -> Iterator[str]:
+    """A repository method (``build_system``) served on 127.0.0.1 at a free port while the block runs."""
+    server, url = start(build_system(method))
+    try:
+        yield url
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def build_system(method: str, embedder: str = "hash") -> MemorySystem:

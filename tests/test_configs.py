@@ -11,8 +11,7 @@ seconds. This is the one suite that runs every config.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +108,9 @@ def test_option_composes_builds_and_runs(
     if group in RUNS:
         override = f"+{group}={option}" if group in OVERRIDE_GROUPS else f"{group}={option}"
         if (group, option) == ("method", "http"):  # a memory service: the reference server over BM25
-            with _memory_service("bm25") as url:
+            from examples.memory_server import serving
+
+            with serving("bm25") as url:
                 _runs_end_to_end([override, f"method.url={url}", *RUNS[group]], tmp_path)
         else:
             _runs_end_to_end([override, *RUNS[group]], tmp_path)
@@ -129,19 +130,6 @@ def test_option_composes_builds_and_runs(
     elif group not in RUNS:  # a group added later: at least its target must build from the config alone
         assert "_target_" in node, f"configs/{group}/{option}.yaml: no _target_ and no builder in this test"
         assert instantiate(node) is not None
-
-
-@contextmanager
-def _memory_service(method: str) -> Iterator[str]:
-    """``examples/memory_server.py`` serving a repository method on 127.0.0.1 at a free port."""
-    from examples.memory_server import build_system, start
-
-    server, url = start(build_system(method))
-    try:
-        yield url
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def _runs_end_to_end(overrides: list[str], tmp: Path) -> None:

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import socket
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -19,7 +17,7 @@ from allmem.errors import RunFailed
 from allmem.run import files
 from allmem.run.compare import same_predictions
 from allmem.run.runner import run
-from examples.memory_server import build_system, start
+from examples.memory_server import serving
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 FAST_RETRIES = ["method.max_retries=2", "method.backoff_base_s=0.01", "method.backoff_max_s=0.02"]
@@ -31,22 +29,12 @@ def _cfg(tmp: Path, *overrides: str):
                                                         f"paths.cache_dir={tmp / 'cache'}"])  # fmt: skip
 
 
-@contextmanager
-def _served(method: str) -> Iterator[str]:
-    server, url = start(build_system(method))
-    try:
-        yield url
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 @pytest.mark.parametrize(("method", "mode"), [("bm25", "turn"), ("allmem", "session")])
 def test_http_answers_as_the_same_system_in_process(method: str, mode: str, tmp_path: Path) -> None:
     """All-Mem (consolidation on, merged units of several utterances) and BM25, a session or a turn per call."""
     local = run(_cfg(tmp_path / "local", f"method={method}"))
     k = 50 if method == "bm25" else 16  # what the system itself returns: bm25 k, All-Mem's K
-    with _served(method) as url:
+    with serving(method) as url:
         remote = run(_cfg(tmp_path / "remote", "method=http", f"method.url={url}", f"method.ingest={mode}",
                           f"method.k={k}"))  # fmt: skip
     assert (remote / files.DONE).exists()
@@ -115,7 +103,7 @@ class _Flaky(BaseHTTPRequestHandler):
 
 def test_a_5xx_is_retried_and_the_answer_is_unchanged(tmp_path: Path) -> None:
     local = run(_cfg(tmp_path / "local", "method=bm25"))
-    with _served("bm25") as url:
+    with serving("bm25") as url:
         _Flaky.fail, _Flaky.target, _Flaky.seen = 1, url, []
         proxy = ThreadingHTTPServer(("127.0.0.1", 0), _Flaky)
         threading.Thread(target=proxy.serve_forever, daemon=True).start()
@@ -165,7 +153,7 @@ class _Minimal(BaseHTTPRequestHandler):
 
 def test_the_optional_routes_may_be_missing(tmp_path: Path) -> None:
     local = run(_cfg(tmp_path / "local", "method=bm25"))
-    with _served("bm25") as url:
+    with serving("bm25") as url:
         _Minimal.target = url
         proxy = ThreadingHTTPServer(("127.0.0.1", 0), _Minimal)
         threading.Thread(target=proxy.serve_forever, daemon=True).start()
