@@ -52,10 +52,10 @@ $(STAMP): pyproject.toml setup.py
 setup: $(STAMP) ## Create .venv and install torch (CPU build; TORCH_INDEX= for PyPI's) then allmem; idempotent
 
 test: $(STAMP) lint ## Lint, then run the whole test suite (offline; what CI runs)
-	$(PY) -m pytest tests
+	$(PY) -m pytest  # testpaths (pyproject.toml): tests/ and examples/
 
 test-fast: $(STAMP) ## The suite without the tests marked slow (real LoCoMo, real embedding model, over ~10 s)
-	$(PY) -m pytest tests -m "not slow"
+	$(PY) -m pytest -m "not slow"
 
 reproduce: $(STAMP) ## Table 1 on the full LoCoMo (every method, offline backend), with its cost tables; prints it
 	$(EXPERIMENTS) table1
