@@ -78,7 +78,9 @@ def _run_data(run: Run) -> dict[str, Any]:
         "method": run.method,
         "dataset": run.dataset,
         "k": k,
-        "correct_by": "judge" if any(_num(v) is not None for v in frame.get("judge", [])) else f"f1>={CORRECT_F1}",
+        "correct_by": "judge"
+        if any(_num(v) is not None for v in frame.get("judge", []))
+        else f"f1>={CORRECT_F1}",
         "metrics": metrics,
         "table": table,
         "questions": questions,
@@ -87,7 +89,11 @@ def _run_data(run: Run) -> dict[str, Any]:
 
 def build_site(root: Path, out: Path, figures: Path | None = None) -> Path:
     """Write the site for the complete runs under ``root`` into ``out``; returns ``out/index.html``."""
-    runs = find_runs(root)
+    return write_site(find_runs(root), out, figures)
+
+
+def write_site(runs: list[Run], out: Path, figures: Path | None = None) -> Path:
+    """Write the site for ``runs`` into ``out``; returns ``out/index.html``."""
     data = {"runs": [_run_data(r) for r in runs]}
     out.mkdir(parents=True, exist_ok=True)
     for asset in ASSETS.iterdir():
@@ -99,7 +105,9 @@ def build_site(root: Path, out: Path, figures: Path | None = None) -> Path:
             shutil.copyfile(png, out / "figures" / png.name)
             figs.append(f"figures/{png.name}")
     data["figures"] = figs
-    text = json.dumps(data, ensure_ascii=True, default=lambda o: o.item() if isinstance(o, np.generic) else str(o))
+    text = json.dumps(
+        data, ensure_ascii=True, default=lambda o: o.item() if isinstance(o, np.generic) else str(o)
+    )
     # inside a <script> file nothing is parsed as HTML, but "</" is escaped anyway should it ever be inlined
     (out / DATA).write_text("window.ALLMEM_DATA = " + text.replace("</", "<\\/") + ";\n", encoding="utf-8")
     return out / "index.html"
@@ -109,7 +117,9 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="allmem report site", description=__doc__)
     parser.add_argument("--runs", type=Path, default=results_dir() / "runs" / "paper", help="run root")
     parser.add_argument("--out", type=Path, default=results_dir() / "site", help="output folder")
-    parser.add_argument("--figures", type=Path, default=results_dir() / "figures", help="PNG figures to include")
+    parser.add_argument(
+        "--figures", type=Path, default=results_dir() / "figures", help="PNG figures to include"
+    )
     args = parser.parse_args(argv)
     print(f"[allmem] site: {build_site(args.runs, args.out, args.figures)}")
     return 0

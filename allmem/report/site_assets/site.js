@@ -29,7 +29,7 @@ function filtered() {
   return r.questions.filter((q) => (!cat || String(q.group) === cat) && (!c || q.correct === (c === "1")) && (!h || q.hit === (h === "1")));
 }
 function drawExplorer() {
-  const qs = filtered(); $("ecount").textContent = `${qs.length} questions`;
+  const qs = filtered(), r = D.runs[+$("emethod").value]; $("ecount").textContent = `${qs.length} questions`; $("ecorrect").title = r ? `correct by ${r.correct_by}` : "";
   const t = el("table"); t.appendChild(row(["id", "category", "question", "correct", "hit"], "th"));
   for (const q of qs) { const tr = row([q.id, q.group, q.question, q.correct === null ? "?" : q.correct ? "yes" : "no", q.hit === null ? "?" : q.hit ? "yes" : "no"]); tr.className = "q " + (q.correct ? "ok" : "bad"); tr.dataset.qid = q.id; tr.addEventListener("click", () => detail(q.id)); t.appendChild(tr); }
   $("elist").replaceChildren(t);
