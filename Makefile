@@ -35,7 +35,7 @@ NAME ?= sweep
 ARGS ?=
 SWEEPS ?= results/runs/sweeps
 
-.PHONY: help setup test test-fast reproduce lint format clean bench bench-scale sweep $(PAPER_TARGETS)
+.PHONY: help setup test test-fast reproduce lint format clean bench bench-scale sweep site chromium $(PAPER_TARGETS)
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-12s %s\n", $$1, $$2}'
@@ -101,6 +101,12 @@ SCALE_SESSIONS ?= 10
 SCALE_ARGS ?=
 bench-scale: $(STAMP) ## Time per turn of every Table 1 method on LongMemEval-shaped haystacks; workers, shards, projection
 	$(PY) scripts/bench_scale.py --fraction $(SCALE_FRACTION) --sessions $(SCALE_SESSIONS) $(SCALE_ARGS)
+
+site: $(STAMP) ## Static results site (opens from file://) from the runs under RUNS into results/site
+	$(VENV)/bin/allmem report site --runs $(RUNS) --out results/site
+
+chromium: ## Install Debian's chromium (root, apt) for the headless site test; nothing when one is on PATH
+	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
 
 lint: $(STAMP) ## ruff check + format check
 	$(VENV)/bin/ruff check .

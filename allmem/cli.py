@@ -3,6 +3,7 @@
     allmem run [-m] [OVERRIDES...]        run (or sweep) a config: dataset=locomo method=bm25 budget.tokens=1024
     allmem score RUN_DIR [--protocol NAME] rescore a run's predictions and print the metrics as JSON
     allmem report DIR [--out FILE]        Markdown tables from the complete run directories under DIR
+    allmem report site [--runs DIR] [--out DIR]  Static results site (opens from file://) from complete runs
     allmem paper run|list TARGET...       run (or list) the experiments of paper tables and figures: table1 fig3
     allmem download locomo|longmemeval_s|_m|_oracle  fetch a public dataset into data/ and verify it
     allmem compare A B                    whether two run directories (or run roots) hold the same results

@@ -94,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
+    if argv and argv[0] == "site":
+        from allmem.report.site import main as site_main
+
+        return site_main(argv[1:])
     if argv and Path(argv[0]).is_dir():
         return _overview(argv)
     from allmem.report.targets import ALIASES, GROUPS, TARGETS
