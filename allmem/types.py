@@ -203,8 +203,9 @@ class RecordError(ValueError):
 # The version of the records a run writes (``Prediction``, ``CallRecord``, system stats, ATC events). Bump it once
 # per change of fields, here, with the change; every attempt's manifest entry records it (``records``), so a
 # reader can tell which fields a run's files hold. docs/DESIGN.md keeps the history.
-RECORD_VERSION = 4  # 2: ranked_units, evidence_turns; latency_ms retrieve_search, query_embed; turn_write_ms; 3: ATC edit texts
+RECORD_VERSION = 5  # 2: ranked_units, evidence_turns; latency_ms retrieve_search, query_embed; turn_write_ms; 3: ATC edit texts
 # 4: ask point (``Prediction.ask``, ``Prediction.since``)
+# 5: packed contexts (contexts.jsonl.gz)
 # Where a question is asked (allmem.run.asking; a record without ``ask``: end), and the points of each protocol.ask.
 ASK_POINTS = ("end", "after_evidence")
 ASK_MODES = {"end": ("end",), "after_evidence": ("after_evidence",), "both": ("after_evidence", "end")}
@@ -268,6 +269,9 @@ class Prediction:
     evidence_turns: tuple[str, ...] = ()  # LongMemEval: has_answer turn ids (``evidence`` holds sessions)
     ask: str = "end"  # the ask point (ASK_POINTS); with protocol.ask=both a question has a record per point
     since: dict[str, int] | None = None  # turns / sessions streamed after the last evidence turn when asked
+    # the packed context (``text``, ``units``: id and source ids of each packed unit): the runner writes it to
+    # contexts.jsonl.gz with the record's key, never into predictions.jsonl (not in ``to_json``)
+    packed: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def key(self) -> tuple[str, str, str]:

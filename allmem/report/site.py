@@ -21,6 +21,7 @@ from allmem.paths import results_dir
 from allmem.report.items import item_frame
 from allmem.report.runs import Run, find_runs
 from allmem.report.stats import bootstrap_ci
+from allmem.run import files
 
 ASSETS = Path(__file__).with_name("site_assets")
 DATA = "data.js"
@@ -38,8 +39,32 @@ def _hit(rec: dict[str, Any], k: int) -> bool | None:
     return bool(gold & set(rec["ranked_source_ids"][:k]))
 
 
+def _contexts(run: Run) -> dict[tuple[Any, Any, str], dict[str, Any]]:
+    """``contexts.jsonl.gz`` by record key (dialogue, question, ask point); {} for a run that did not store them
+    (records before version 5)."""
+    return {
+        (c.get("dialogue_id"), c.get("question_id"), c.get("ask") or "end"): c
+        for c in files.read_jsonl(run.path / files.CONTEXTS)
+    }
+
+
+def _context_lines(rec: dict[str, Any], ctx: dict[str, Any] | None) -> list[list[Any]] | None:
+    """The packed context as ``[line, evidence?]`` rows, one per packed unit (``allmem.budget.context_line``
+    renders a unit as one line); a line is evidence when its unit's source ids hold an evidence id. None: not
+    recorded."""
+    if ctx is None:
+        return None
+    units = ctx.get("units") or []
+    if not units:
+        return []
+    gold = set(rec.get("evidence") or ()) | set(rec.get("evidence_turns") or ())
+    lines = str(ctx.get("text", "")).split("\n")
+    return [[line, bool(gold & set(u.get("source_ids") or ()))] for line, u in zip(lines, units, strict=True)]
+
+
 def _run_data(run: Run) -> dict[str, Any]:
     records = run.records()
+    contexts = _contexts(run)
     frame = item_frame(run, use_cache=False)
     metrics = list(run.metrics.get("table_metrics") or ["f1"])
     k = int(run.metrics.get("table_k") or 5)
@@ -63,7 +88,10 @@ def _run_data(run: Run) -> dict[str, Any]:
                 "evidence": rec.get("evidence") or [],
                 "ranked": rec.get("ranked_source_ids") or [],
                 "latency_ms": rec.get("latency_ms") or {},
-                "context": rec.get("context"),
+                "context": _context_lines(
+                    rec,
+                    contexts.get((rec.get("dialogue_id"), rec.get("question_id"), rec.get("ask") or "end")),
+                ),
                 "scores": {m: _num(row.get(m)) for m in metrics if m in row},
             }
         )

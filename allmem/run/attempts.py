@@ -191,10 +191,17 @@ def resume(
         if cut:
             log.warning("%s: cut a torn last line (%d bytes) left by an interrupted attempt", path.name, cut)
         check_lines(path)
+    if files.repair_jsonl(run_dir / files.CONTEXTS):
+        log.warning("%s: cut a torn last member left by an interrupted attempt", files.CONTEXTS)
     failed = files.drop_lines(run_dir / files.PREDICTIONS, lambda r: r.get("error") is not None)
     if failed:
         log.info("%d failed questions of an earlier attempt will be asked again", failed)
     done = files.completed_ids(run_dir)
+    # a context whose record is not kept (failed, or cut before its prediction line) is written again with it;
+    # those of a redone dialogue's answered questions stay, as their records do
+    files.drop_lines(
+        run_dir / files.CONTEXTS, lambda r: (r.get("question_id"), r.get("ask") or "end") not in done
+    )
     redo = [d.id for d in dialogues if asking.todo(d.questions, ask, done)]
     again = set(redo)
     files.drop_lines(run_dir / files.SYSTEM_STATS, lambda r: r.get("dialogue_id") in again)

@@ -25,7 +25,9 @@ SAME_RESULT_IGNORES: tuple[str, ...] = (
     "*_at", "pid", "argv",  # when and by which process
 )  # fmt: skip
 # The files compared, each read as a multiset of records (order is the schedule's, not the result's).
-_COMPARED = (files.PREDICTIONS, files.CALLS, files.SYSTEM_STATS, files.EVENTS)
+# contexts.jsonl.gz is derived from what predictions record (the retrieval, the budget), so it is compared too:
+# the stronger check, and a worker count or resume that changed a context would show here first.
+_COMPARED = (files.PREDICTIONS, files.CALLS, files.SYSTEM_STATS, files.EVENTS, files.CONTEXTS)
 
 
 def _all(rec: dict[str, Any]) -> bool:

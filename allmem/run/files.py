@@ -4,6 +4,7 @@ one JSONL reader and appender, atomic writes of a file or a folder, sha256, and 
 from __future__ import annotations
 
 import atexit
+import gzip
 import hashlib
 import json
 import os
@@ -13,7 +14,8 @@ import shutil
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -26,6 +28,10 @@ CONFIG = "config.yaml"
 PREDICTIONS = "predictions.jsonl"
 CALLS = "calls.jsonl"
 SYSTEM_STATS = "system_stats.jsonl"
+# The packed context of each record (the text the reader got, the ids of its units), keyed like predictions. Gzip,
+# one member per line (``GZ_SUFFIX``: every reader and writer below handles it), so appending is concatenating.
+CONTEXTS = "contexts.jsonl.gz"
+GZ_SUFFIX = ".gz"
 METRICS = "metrics.json"
 MANIFEST = "manifest.json"
 EVENTS = "atc_events.jsonl"  # written by All-Mem's consolidation (allmem.memory.atc.events)
@@ -240,7 +246,11 @@ def iter_jsonl(path: Path, whole: bool = False) -> Iterator[tuple[int, Any]]:
     """``(line number, value)`` for each line of a JSONL file; blank lines are skipped. A last line with no
     newline that does not parse is a torn tail (a process killed mid-write) and is left out; any other bad line
     is a ``RecordError`` naming the file and the line. ``whole``: the file was written at once (inside an atomic
-    folder), so a torn tail is damage too. The one JSONL reader: run files, ledgers, events, cache entries."""
+    folder), so a torn tail is damage too. The one JSONL reader: run files, ledgers, events, cache entries. A
+    ``.gz`` file (``CONTEXTS``) is read member by member; a torn last member is its torn tail."""
+    if _is_gz(path):
+        yield from _iter_gz(Path(path), whole)
+        return
     with Path(path).open(encoding="utf-8") as fh:
         for n, line in enumerate(fh, 1):
             if not line.strip():
@@ -255,6 +265,60 @@ def iter_jsonl(path: Path, whole: bool = False) -> Iterator[tuple[int, Any]]:
                 raise RecordError(f"{path}:{n}: unreadable JSON ({str(exc)[:80]})") from None
 
 
+def _is_gz(path: Path | str) -> bool:
+    return str(path).endswith(GZ_SUFFIX)
+
+
+_GZ_CHUNK = 1 << 16
+
+
+def _gz_scan(path: Path) -> tuple[list[bytes], int, int]:
+    """The decompressed members of a gzip file written a member per line, the byte length of the complete ones
+    and the file's size (more: a torn last member). Fed in chunks, so a long file costs linear time. A member
+    that is not gzip is a ``RecordError`` naming the file and its byte offset."""
+    data = memoryview(path.read_bytes())
+    members: list[bytes] = []
+    pos, n = 0, len(data)
+    while pos < n:
+        d, out, p = zlib.decompressobj(wbits=31), [], pos
+        while not d.eof and p < n:
+            chunk = data[p : p + _GZ_CHUNK]
+            p += len(chunk)
+            try:
+                out.append(d.decompress(chunk))
+            except zlib.error as exc:
+                raise RecordError(f"{path}: byte {pos}: not gzip ({exc})") from None
+        if not d.eof:
+            break  # the file ends inside this member: a torn tail
+        members.append(b"".join(out))
+        pos = p - len(d.unused_data)
+    return members, pos, n
+
+
+def _iter_gz(path: Path, whole: bool) -> Iterator[tuple[int, Any]]:
+    members, end, size = _gz_scan(path)
+    if whole and end < size:
+        raise RecordError(f"{path}: torn at byte {end} (a member cut short)")
+    n = 0
+    for member in members:
+        for line in member.decode("utf-8").splitlines():
+            n += 1
+            if not line.strip():
+                continue
+            try:
+                yield n, json.loads(line)
+            except (ValueError, RecursionError) as exc:
+                raise RecordError(f"{path}:{n}: not valid JSON ({str(exc)[:80]})") from None
+
+
+def encode_lines(path: Path | str, lines: Iterable[str]) -> bytes:
+    """JSONL lines as ``path``'s bytes: UTF-8, or for a ``.gz`` file one gzip member per line (``mtime`` 0, so
+    the same lines are the same bytes)."""
+    if _is_gz(path):
+        return b"".join(gzip.compress(line.encode("utf-8"), mtime=0) for line in lines)
+    return "".join(lines).encode("utf-8")
+
+
 def read_jsonl(path: Path, whole: bool = False) -> list[Any]:
     """Every value of a JSONL file (``iter_jsonl``); an empty list when the file does not exist."""
     return [value for _, value in iter_jsonl(path, whole)] if Path(path).exists() else []
@@ -265,6 +329,12 @@ def repair_jsonl(path: Path) -> int:
     Returns the number of bytes cut."""
     if not path.exists():
         return 0
+    if _is_gz(path):  # cut a member the file ends inside
+        _, keep, size = _gz_scan(path)
+        if keep < size:
+            with path.open("r+b") as fh:
+                fh.truncate(keep)
+        return size - keep
     data = path.read_bytes()
     if data and not data.endswith(b"\n"):
         keep = data.rfind(b"\n") + 1
@@ -278,6 +348,12 @@ def drop_lines(path: Path, drop: Callable[[dict[str, Any]], bool]) -> int:
     """Rewrite a JSONL file without the lines ``drop`` selects (atomically); returns how many were dropped."""
     if not path.exists():
         return 0
+    if _is_gz(path):
+        rows = [row for _, row in iter_jsonl(path)]
+        kept_rows = [row for row in rows if not drop(row)]
+        if len(kept_rows) < len(rows):
+            write_atomic(path, encode_lines(path, map(dump_line, kept_rows)))
+        return len(rows) - len(kept_rows)
     kept, dropped = [], 0
     for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
         if line.strip() and drop(json.loads(line)):
@@ -398,16 +474,17 @@ def append_bytes(path: Path, data: bytes) -> None:
 
 
 class JsonlWriter:
-    """Append-only JSONL with a flush and fsync per line: what is on disk survives a kill."""
+    """Append-only JSONL with a flush and fsync per line: what is on disk survives a kill. A ``.gz`` path gets a
+    gzip member per line (``encode_lines``)."""
 
     def __init__(self, path: Path) -> None:
         repair_jsonl(path)
         self.path = path
-        self._fh = path.open("a", encoding="utf-8")
+        self._fh = path.open("ab")
 
     def write(self, obj: dict[str, Any]) -> None:
         try:
-            self._fh.write(dump_line(obj))
+            self._fh.write(encode_lines(self.path, [dump_line(obj)]))
             self._fh.flush()
             os.fsync(self._fh.fileno())
         except OSError as exc:

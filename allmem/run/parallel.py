@@ -46,7 +46,8 @@ from allmem.types import Dialogue
 log = logging.getLogger("allmem.run")
 
 # The files a part holds and the parent appends to the run's own, in this order.
-_MERGED = (files.PREDICTIONS, files.SYSTEM_STATS, files.CALLS, files.EVENTS)
+# A part's contexts.jsonl.gz is gzip members, whole after its torn tail is cut: appending them is concatenating.
+_MERGED = (files.PREDICTIONS, files.SYSTEM_STATS, files.CALLS, files.EVENTS, files.CONTEXTS)
 # Thread pools of the native libraries a worker may load, held at one thread (set before they are imported).
 _ONE_THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TOKENIZERS_PARALLELISM")
 
@@ -309,10 +310,11 @@ def _work(task: _Task) -> _Outcome:
         with (
             files.JsonlWriter(part / files.PREDICTIONS) as out,
             files.JsonlWriter(part / files.SYSTEM_STATS) as stats_out,
+            files.JsonlWriter(part / files.CONTEXTS) as contexts_out,
         ):
             runner.answer_dialogue(
                 cfg, svc, protocol, runner.judge_fn(cfg, svc.llm, protocol), dialogue, todo, task.attempt, out,
-                stats_out, count,
+                stats_out, count, contexts_out=contexts_out,
             )  # fmt: skip
     except CircuitOpen as exc:
         return _Outcome(count.n, stopped=str(exc))

@@ -166,6 +166,10 @@ def answer_question(
         answer=info,
         error=None if info.error is None else f"answer: {info.error}",
         attempt=attempt,
+        packed={
+            "text": packed.text,
+            "units": [{"id": u.id, "source_ids": list(u.source_ids)} for u in packed.units],
+        },
     )
     if judge is not None and pred.error is None:
         verdict = judge(pred.to_json())
@@ -307,14 +311,16 @@ def _answer_all(
         with (
             files.JsonlWriter(svc.run_dir / files.PREDICTIONS) as out,
             files.JsonlWriter(svc.run_dir / files.SYSTEM_STATS) as stats_out,
+            files.JsonlWriter(svc.run_dir / files.CONTEXTS) as contexts_out,
         ):
             for dialogue in dialogues:
                 todo = asking.todo(dialogue.questions, protocol.ask, done)
                 if dialogue.id not in redo or not todo:
                     continue
                 answer_dialogue(
-                    cfg, svc, protocol, judge, dialogue, todo, attempt, out, stats_out, bar.update
-                )
+                    cfg, svc, protocol, judge, dialogue, todo, attempt, out, stats_out, bar.update,
+                    contexts_out=contexts_out,
+                )  # fmt: skip
     except CircuitOpen as exc:
         return exc
     finally:
@@ -325,10 +331,13 @@ def _answer_all(
 def answer_dialogue(
     cfg: DictConfig, svc: Services, protocol: Protocol, judge: Callable[[dict[str, Any]], dict[str, Any] | None]
     | None, dialogue: Dialogue, todo: list[tuple[Question, str]], attempt: int, out: files.JsonlWriter,
-    stats_out: files.JsonlWriter, answered: Callable[[int], Any] = lambda n: None,
+    stats_out: files.JsonlWriter, answered: Callable[[int], Any] = lambda n: None, *,
+    contexts_out: files.JsonlWriter,
 ) -> None:  # fmt: skip
     """One dialogue: ingest it (one ``system_stats.jsonl`` line) and answer ``todo`` ((question, ask point)
-    pairs; a prediction line each, ``answered(1)`` after each), each at its ask point (``allmem.run.asking``):
+    pairs; a prediction line each, ``answered(1)`` after each, its packed context's ``contexts.jsonl.gz`` line
+    written just before it, so a kill between the two leaves a context the resume drops, never a record without
+    its context), each at its ask point (``allmem.run.asking``):
     mid-stream ones after their session, the rest after ``end_stream``. The in-process loop and every worker
     process (``allmem.run.parallel``) run this; ``CircuitOpen`` propagates."""
     ledger = svc.ledger
@@ -354,6 +363,9 @@ def answer_dialogue(
                 ), system=svc.system, generator=svc.generator, llm=svc.llm,
             )  # fmt: skip
         for a, pred in zip(batch, preds, strict=False):
+            if pred.packed is not None:
+                key = {"dialogue_id": pred.dialogue_id, "question_id": pred.question_id, "ask": a.point}
+                contexts_out.write(key | pred.packed)
             out.write(replace(pred, ask=a.point, since=a.since).to_json())
             answered(1)
         # a failed answer is its own record's error, not a failure of ingestion

@@ -33,7 +33,7 @@ from allmem.run import attempts, files
 
 Shard = tuple[int, int]  # (i, n), 1 <= i <= n
 _NAME = re.compile(r"(\d+)-of-(\d+)")
-_COMBINED = (files.PREDICTIONS, files.SYSTEM_STATS, files.CALLS, files.EVENTS)
+_COMBINED = (files.PREDICTIONS, files.SYSTEM_STATS, files.CALLS, files.EVENTS, files.CONTEXTS)
 T = TypeVar("T")
 
 
@@ -207,8 +207,8 @@ def _combine(run_dir: Path, n: int, infos: dict[int, dict[str, Any]], order: lis
                     seen[qid] = i
                 line = files.dump_line(row)
                 (loose if did is None else by_dialogue.setdefault((i, did), [])).append(line)
-        text = "".join(loose) + "".join("".join(by_dialogue.get((i, did), ())) for did, i in order)
-        files.write_atomic(run_dir / name, text)
+        lines = loose + [line for did, i in order for line in by_dialogue.get((i, did), ())]
+        files.write_atomic(run_dir / name, files.encode_lines(name, lines))
 
 
 def _combine_manifest(run_dir: Path, n: int) -> None:

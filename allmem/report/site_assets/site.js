@@ -45,7 +45,8 @@ function detail(qid) {
     const ranked = el("p", "ranked: "); for (const id of q.ranked) { ranked.appendChild(el("span", id + " ", q.evidence.includes(id) ? "ev" : "")); } d.appendChild(ranked);
     d.appendChild(el("p", "latency ms: " + Object.entries(q.latency_ms).map(([k, v]) => `${k} ${(+v).toFixed(1)}`).join(", ")));
     if (q.context === null || q.context === undefined) d.appendChild(el("p", "context: not recorded"));
-    else { const pre = el("pre"); for (const line of String(q.context).split("\n")) pre.appendChild(el("span", line + "\n", q.evidence.some((e) => line.includes(e)) ? "ev" : "")); d.appendChild(pre); }
+    else if (!q.context.length) d.appendChild(el("p", "context: empty (nothing fit the budget)"));
+    else { const pre = el("pre"); for (const [line, ev] of q.context) pre.appendChild(el("span", line + "\n", ev ? "ev" : "")); d.appendChild(pre); }
     box.appendChild(d);
   }
 }
