@@ -45,14 +45,17 @@ def test_workers_and_sealed_shards_make_the_single_process_run(tmp_path):
     assert compare.same_result(one, two) == []
     assert compare.same_result(one, sharded) == []
     for run in (two, sharded):  # one writer, the dataset's order; no scratch left behind
-        for name in (files.PREDICTIONS, files.SYSTEM_STATS):
+        for name in (files.PREDICTIONS, files.SYSTEM_STATS, files.CONTEXTS):
             assert [r["dialogue_id"] for r in _rows(run, name)] == [
                 r["dialogue_id"] for r in _rows(one, name)
             ]
+        # the packed contexts are byte for byte the single process's (gzip members with mtime 0)
+        assert (run / files.CONTEXTS).read_bytes() == (one / files.CONTEXTS).read_bytes()
         assert not (run / files.PARTS).exists() and not (run / files.SHARDS).exists()
     assert (
         len(_rows(one, files.EVENTS)) > 0 and len(_rows(one, files.CALLS)) > 0
     )  # there was something to merge
+    assert len(_rows(one, files.CONTEXTS)) == len(_rows(one, files.PREDICTIONS)) > 0
     manifest = json.loads((sharded / files.MANIFEST).read_text())
     assert sorted(a["shard"] for a in manifest["attempts"]) == ["1/2", "2/2"]
 
@@ -69,9 +72,13 @@ def _dying_run(where: Path, *args: str) -> Result:
 
 
 def _no_question_asked_twice(run: Path) -> None:
-    """One prediction per question, and no answer call for a question after the attempt that answered it."""
+    """One prediction per question, and no answer call for a question after the attempt that answered it; one
+    packed context per prediction, in its order (the redone dialogue's cut ones dropped and written again)."""
     preds = _rows(run, files.PREDICTIONS)
     assert len(preds) == len({p["question_id"] for p in preds}) == 14  # locomo_tiny: 8 + 6 questions
+    assert [
+        (c["dialogue_id"], c["question_id"]) for c in files.read_jsonl(run / files.CONTEXTS, whole=True)
+    ] == [(p["dialogue_id"], p["question_id"]) for p in preds]
     answered_in = {p["question_id"]: p["attempt"] for p in preds}
     asked = [c for c in _rows(run, files.CALLS) if c.get("question_id") is not None]
     assert {c["question_id"] for c in asked} == set(answered_in)
