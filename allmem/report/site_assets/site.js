@@ -70,5 +70,6 @@ function init() {
   for (const f of D.figures) { const img = el("img"); img.src = f; img.alt = f; $("figs").appendChild(img); }
   if (!D.figures.length) $("figs").textContent = "no figures found";
   drawTable(); drawExplorer(); drawCompare();
+  if (location.hash.startsWith("#q=")) detail(decodeURIComponent(location.hash.slice(3)));  // a link to one question
 }
 init();
