@@ -7,6 +7,11 @@ let a method's context depend on unit lengths rather than its ranking (a method 
 would get extra evidence no ranking asked for), and the packed set would no longer be "the method's top-n".
 Units are never truncated, so a first unit larger than the whole budget leaves the context empty.
 
+With ``budget.fill`` (the equal-context view, ``fill``) the budget is also a target: the harness asks the method
+for deeper rankings (``MemorySystem.set_depth``, factor 1, 2, 4, ...) until the packed context is full (a unit
+had to be dropped, so the context is within one unit of the budget) or a deeper ranking brings no new unit (the
+memory has nothing more to give). Each method's depth rule: docs/BASELINES.md, "Equal context".
+
 The kept units are then ordered chronologically (timestamp, then natural id order, so ``D3:5`` precedes
 ``D3:10``) and rendered one line each: ``[8 May 2023] Speaker: text``. Only the date is shown: LoCoMo sessions
 carry a time of day nobody asks about, and a date per line is what the generation prompt's "resolve relative
@@ -16,12 +21,15 @@ dates with the log entry's date" needs; the chronological order already conveys 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from functools import lru_cache
+from typing import Any
 
+from allmem.errors import ConfigError
 from allmem.tokens import count_tokens
-from allmem.types import Retrieved, format_date
+from allmem.types import RetrievalResult, Retrieved, format_date
 
 _WS = re.compile(r"\s+")
 _DIGITS = re.compile(r"(\d+)")
@@ -124,3 +132,62 @@ def pack(units: Sequence[Retrieved], budget_tokens: int) -> Packed:
         dropped_tokens=sum(costs[n_keep:]),
         n_dropped=len(units) - n_keep,
     )
+
+
+# The deepest factor ``fill`` tries: a ranking that still grows at 2**20 times its configured depth is not a
+# memory running out, it is a bug (a ranking that grows without end), and is refused rather than looped on.
+MAX_FACTOR = 1 << 20
+
+
+@dataclass(frozen=True)
+class Filled:
+    """``fill``'s answer: the ranking used (``result``), its packing and the depth factor that produced it."""
+
+    result: RetrievalResult
+    packed: Packed
+    factor: int
+
+
+def fill(ranking: Callable[[int], RetrievalResult], budget_tokens: int) -> Filled:
+    """Pack the ranking at depth factor 1, then 2, 4, ... while everything fits and the budget is not reached;
+    stop at the first ranking that overflows the budget, or keep the last one when doubling the depth adds no
+    unit (the memory is exhausted). ``ranking(factor)`` is the method's ranking at that factor."""
+    factor = 1
+    result = ranking(factor)
+    packed = pack(result.units, budget_tokens)
+    while packed.n_dropped == 0 and packed.used_tokens < budget_tokens:
+        if factor >= MAX_FACTOR:
+            raise RuntimeError(f"budget.fill: the ranking still grows at {factor} times its depth")
+        deeper = ranking(factor * 2)
+        if len(deeper.units) <= len(result.units):
+            break
+        factor, result = factor * 2, deeper
+        packed = pack(result.units, budget_tokens)
+    return Filled(result, packed, factor)
+
+
+class Filling:
+    """``system`` as the runner asks it under ``budget.fill``: ``retrieve`` returns the ranking ``fill`` settles on
+    (the system's depth put back afterwards); every other attribute is the system's. One ``retrieve`` call does
+    the whole deepening, so the runner's one-retrieval-at-a-time order (``allmem.run.questions``) covers it."""
+
+    def __init__(self, system: Any, budget_tokens: int) -> None:
+        if not getattr(system, "can_deepen", False):
+            raise ConfigError(
+                f"budget.fill: method {getattr(system, 'name', type(system).__name__)!r} has no retrieval depth to "
+                "raise (MemorySystem.set_depth); run it without budget.fill"
+            )
+        self.system, self.budget_tokens = system, budget_tokens
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.system, name)
+
+    def retrieve(self, query: str, when: datetime | None = None) -> RetrievalResult:
+        def ranking(factor: int) -> RetrievalResult:
+            self.system.set_depth(factor)
+            return self.system.retrieve(query, when)
+
+        try:
+            return fill(ranking, self.budget_tokens).result
+        finally:
+            self.system.set_depth(1)

@@ -93,3 +93,27 @@ class MemorySystem(ABC):
     def stats(self) -> dict[str, Any]:
         """Counters for the run's metrics (unit counts, tokens spent, ...). JSON-serialisable."""
         return {}
+
+    # ------------------------------------------------------------------ depth (the equal-context view)
+    #: The attributes holding the retrieval depth that ``set_depth`` scales (e.g. ``("k",)``): each a positive
+    #: int, or None for "no cut" (already as deep as the memory goes). Empty: the system has no depth to raise
+    #: (a run with ``budget.fill`` refuses it) unless it overrides ``set_depth``.
+    depth_attrs: tuple[str, ...] = ()
+
+    def set_depth(self, factor: int) -> None:
+        """Scale the retrieval depth to ``factor`` times the configured one for the following ``retrieve`` calls
+        (``factor`` 1 restores it). The harness raises it until the packed context fills the budget or the
+        memory has nothing more (``budget.fill``, ``allmem.budget.fill``; each system's rule: docs/BASELINES.md,
+        "Equal context"). The default scales every attribute named in ``depth_attrs``."""
+        if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
+            raise ValueError(f"depth factor must be a positive integer, got {factor!r}")
+        if not self.depth_attrs:
+            raise NotImplementedError(f"{type(self).__name__} has no retrieval depth to raise (depth_attrs)")
+        base = self.__dict__.setdefault("_depth_base", {a: getattr(self, a) for a in self.depth_attrs})
+        for attr, value in base.items():
+            setattr(self, attr, None if value is None else value * factor)
+
+    @property
+    def can_deepen(self) -> bool:
+        """Whether ``set_depth`` is available (``depth_attrs`` named, or ``set_depth`` overridden)."""
+        return bool(self.depth_attrs) or type(self).set_depth is not MemorySystem.set_depth

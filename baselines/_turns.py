@@ -29,6 +29,8 @@ def check_k(k: int | None, owner: str) -> int | None:
 class TurnMemory(MemorySystem):
     """Base for systems whose memory is the raw turn list of the current dialogue."""
 
+    depth_attrs = ("k",)  # equal context: the top k turns (null k: every turn already)
+
     def __init__(self, k: int | None = None, resources: Resources | None = None) -> None:
         super().__init__(resources)
         self.k = check_k(k, self.name)

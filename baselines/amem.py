@@ -156,6 +156,7 @@ class AMemResponder:
 class AMem(SessionWriter):
     name = "amem"
     search_kind = "dense"
+    depth_attrs = ("k",)  # equal context: the k notes searched and the k links followed
 
     def __init__(
         self,

@@ -126,6 +126,7 @@ class HippoRAGResponder:
 class HippoRAG2(MemorySystem):
     name = "hipporag"
     search_kind = "dense+graph"
+    depth_attrs = ("retrieval_top_k",)  # equal context: the passages returned by PPR mass
 
     def __init__(
         self,

@@ -82,6 +82,7 @@ class Entry:
 class LightMem(SessionWriter):
     name = "lightmem"
     search_kind = "dense"
+    depth_attrs = ("top_k",)  # equal context: the cosine top_k entries
 
     def __init__(
         self,

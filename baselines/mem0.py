@@ -165,6 +165,7 @@ def offline_facts(records: Sequence[dict[str, str]]) -> list[str]:
 class Mem0(SessionWriter):
     name = "mem0"
     search_kind = "dense"
+    depth_attrs = ("top_k",)  # equal context: the top_k memories of each speaker store
 
     def __init__(
         self,

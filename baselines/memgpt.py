@@ -45,6 +45,7 @@ Offline roles: ``baselines/memgpt_offline.py``.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -115,6 +116,7 @@ class MemGPT(MemorySystem):
         self.core_char_limit, self.page_size = core_char_limit, page_size
         self.return_chars, self.summary_words = function_return_chars, summary_words
         self.responder = MemGPTResponder(summary_words)
+        self.extra_pages = 0  # equal context (set_depth): archival pages read after the plan's
         self.embedder = embedder_of(self.resources, "memgpt")
         self.llm = llm_of(self.resources)
         self.reset("")
@@ -280,8 +282,10 @@ class MemGPT(MemorySystem):
         reply = ask(self.llm, "memgpt_search", variables, self.responder, self.tally)
         t1 = time.perf_counter()
         found: list[Retrieved] = []
-        for call in reply["calls"] if reply is not None else []:
+        calls = reply["calls"] if reply is not None else []
+        for call in calls:
             found += self.run_search(call)
+        deeper = self.next_pages(calls, query) if self.extra_pages else []
         for m in reversed(self.queue):
             if m.turn is not None:
                 found.append(turn_unit(m.turn, 0.0))
@@ -293,7 +297,7 @@ class MemGPT(MemorySystem):
                     Retrieved.of_text(f"core:{b}", self.core[b].text, tuple(self.core[b].sources), 0.0)
                 )
         units, seen = [], set()
-        for u in found:
+        for u in [*found, *deeper]:
             if u.id not in seen:
                 seen.add(u.id)
                 units.append(Retrieved(u.id, u.parts, u.source_ids, -len(units), u.timestamp))
@@ -341,6 +345,34 @@ class MemGPT(MemorySystem):
             return []
         self.tally[f"search_{name}"] += 1
         return self.cap(units)
+
+    def set_depth(self, factor: int) -> None:
+        """Equal context: ``factor - 1`` more archival pages, as if the agent kept paging (``next_pages``)."""
+        if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
+            raise ValueError(f"depth factor must be a positive integer, got {factor!r}")
+        self.extra_pages = factor - 1
+
+    def next_pages(self, calls: list[Any], question: str) -> list[Retrieved]:
+        """The next ``extra_pages`` pages of every search the plan made (the same function and arguments, pages
+        after the last one it read), and of an archival search with the question when the plan made none:
+        breadth first (each search's next page, then the page after), ranked after the main context, since the
+        agent would read them only after everything else it holds."""
+        searches: dict[str, tuple[dict[str, Any], int]] = {}  # search -> (call without page, last page read)
+        for call in calls:
+            args = call.get("arguments") if isinstance(call, dict) else None
+            if not isinstance(args, dict) or (page := coerce_page(args.get("page"))) is None:
+                continue
+            rest = {k: v for k, v in args.items() if k != "page"}
+            key = json.dumps([call.get("name"), rest], sort_keys=True, default=str)
+            last = searches.get(key, (None, -1))[1]
+            searches[key] = ({"name": call.get("name"), "arguments": rest}, max(last, page))
+        if not any(c["name"] == "archival_memory_search" for c, _ in searches.values()):
+            searches["question"] = ({"name": "archival_memory_search", "arguments": {"query": question}}, -1)
+        out: list[Retrieved] = []
+        for step in range(1, self.extra_pages + 1):
+            for call, last in searches.values():
+                out += self.run_search({**call, "arguments": {**call["arguments"], "page": last + step}})
+        return out
 
     def page(self, items: list[Any], page: int) -> list[Any]:
         return items[page * self.page_size : (page + 1) * self.page_size]

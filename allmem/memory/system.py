@@ -15,7 +15,7 @@ import inspect
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar
@@ -309,6 +309,19 @@ class AllMem(MemorySystem):
             u = self.bank.get(uid)
             units.append(Retrieved(uid, u.utterances(), u.source_ids, float(score), u.timestamp))
         return RetrievalResult(units=tuple(units), timings_ms=ranked.timings_ms)
+
+    # Equal context (budget.fill): Stage 1 anchors, Stage 2 candidates, Stage 3 units and the fused / RRF pool
+    # depths, all scaled by the same factor, so a deeper ranking keeps the shape of the configured one.
+    DEPTH_KEYS = ("k", "L", "K", "fuse_depth", "rrf_depth")
+
+    def set_depth(self, factor: int) -> None:
+        """Scale ``DEPTH_KEYS`` of the retrieval settings to ``factor`` times the configured values (1 restores)."""
+        if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
+            raise ValueError(f"depth factor must be a positive integer, got {factor!r}")
+        base = self.__dict__.setdefault("_depth_base", self.retrieval_cfg)
+        self.retrieval_cfg = replace(base, **{key: getattr(base, key) * factor for key in self.DEPTH_KEYS})
+        if self._retriever is not None:
+            self._retriever.cfg = self.retrieval_cfg
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | Path) -> Path:

@@ -59,6 +59,8 @@ def identity(cfg: DictConfig | dict[str, Any]) -> dict[str, Any]:
     data = cfg if isinstance(cfg, dict) else files.plain(cfg)
     if isinstance(data.get("protocol"), dict) and data["protocol"].get("ask", "end") == "end":
         data = _drop_keys(data, ("protocol.ask",))  # the default ask point: hashes of earlier runs hold
+    if isinstance(data.get("budget"), dict) and not data["budget"].get("fill", False):
+        data = _drop_keys(data, ("budget.fill",))  # a cap only (the default): earlier hashes hold
     dataset = data.get("dataset")
     if (
         isinstance(dataset, dict)

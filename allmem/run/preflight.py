@@ -59,6 +59,8 @@ def check_config(cfg: DictConfig) -> None:
     budget = cfg.budget.get("tokens")
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
         raise ConfigError(f"budget.tokens: must be a non-negative integer, got {budget!r}")
+    if not isinstance(cfg.budget.get("fill", False), bool):
+        raise ConfigError(f"budget.fill: must be true or false, got {cfg.budget.get('fill')!r}")
     if not isinstance(cfg.run.get("seed"), int):
         raise ConfigError(f"run.seed: must be an integer, got {cfg.run.get('seed')!r}")
     check_limits(cfg.dataset)

@@ -26,7 +26,7 @@ from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from allmem.budget import pack
+from allmem.budget import Filling, pack
 from allmem.errors import ConfigError, RunFailed
 from allmem.metrics import dataset_for, score_records
 from allmem.metrics.judge import invalid_warning
@@ -342,6 +342,8 @@ def answer_dialogue(
     process (``allmem.run.parallel``) run this; ``CircuitOpen`` propagates."""
     ledger = svc.ledger
     before = _failures(ledger)
+    # budget.fill (the equal-context view): each retrieval deepened until its packed context fills the budget
+    system = Filling(svc.system, int(cfg.budget.tokens)) if cfg.budget.get("fill") else svc.system
     asks = asking.plan(dialogue, todo)
     by_session: dict[int, list[asking.Ask]] = {}
     for a in asks:
@@ -360,7 +362,7 @@ def answer_dialogue(
                 [a.question for a in batch], lambda q, system, generator: answer_question(
                     system, generator, q, int(cfg.budget.tokens), int(cfg.run.seed), judge, protocol, attempt,
                     embedder=svc.embedder,
-                ), system=svc.system, generator=svc.generator, llm=svc.llm,
+                ), system=system, generator=svc.generator, llm=svc.llm,
             )  # fmt: skip
         for a, pred in zip(batch, preds, strict=False):
             if pred.packed is not None:
