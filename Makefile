@@ -28,7 +28,7 @@ ALLOW_MIXED_CODE ?=
 TARGET_ARGS = --runs $(RUNS) $(if $(LME),--lme $(LME)) $(if $(SET),--set "$(SET)") $(if $(ALLOW_MIXED_CODE),--allow-mixed-code)
 EXPERIMENTS = $(VENV)/bin/allmem paper run --jobs $(JOBS) $(TARGET_ARGS)
 SUMMARISE = $(VENV)/bin/allmem report --out $(OUT) $(TARGET_ARGS)
-PAPER_TARGETS := table1 table2 retrieval retention table3 table4 ablations ablations_hybrid table5 table8 fig3 fig4 fig5 fig6 \
+PAPER_TARGETS := table1 table2 retrieval retention equal_context table3 table4 ablations ablations_hybrid table5 table8 fig3 fig4 fig5 fig6 \
 	fig7 tables figures paper
 # `make sweep`: any multirun of your own, summarised on its own, under SWEEPS (runs) and OUT/sweeps (tables).
 NAME ?= sweep
@@ -66,6 +66,7 @@ table1: ## Table 1: methods x datasets x (4o-J, F1, BLEU-1, ROUGE-L, R@5, N@5), 
 table2: ## Table 2: cost: online write per turn, retrieval per query, ATC per event and amortised per turn
 retrieval: ## Retrieval at every granularity: turn and session level, any / all gold, R and N, unit precision
 retention: ## Retention: F1 and R@5 against turns / sessions streamed since the evidence (protocol.ask=both runs)
+equal_context: ## Equal context: F1 and R@5 per method with its packed context filled to 512, 1024, 2048 tokens
 table3: ## Table 3: ATC per operator: events, executed / skipped / no-op, tokens and latency per event
 table4: ## Table 4 (alias: ablations): gating off, ATC off, each operator off, expansion off, type priority off
 ablations: ## Same as table4

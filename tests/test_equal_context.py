@@ -218,3 +218,47 @@ def test_fill_is_in_the_run_identity_and_not_in_the_bank_cache_key(tmp_path, cac
         cfg = _cfg([*base, *extra, f"run.bank_cache={tmp_path / 'banks'}"])
         keys.add(runner_mod.Services.build(cfg, tmp_path).system.bank_cache.key)
     assert len(keys) == 1
+
+
+def test_the_table_from_fixture_runs_by_hand(tmp_path):
+    import json
+
+    import pandas as pd
+    from report_fixture import write_run
+
+    from allmem.report.paper import summarise
+    from allmem.run import files
+
+    root = tmp_path / "runs"
+    point = ["+experiment=equal_context", "dataset=locomo"]
+    # naive_rag at 512: questions 0-3 of 8 right (F1 1, evidence ranked first), the rest wrong (F1 0, not ranked);
+    # packed 500 + i tokens; questions 0 and 1 full (a unit dropped). At 1024: every question right, 1000 tokens.
+    small = write_run(
+        root, [*point, "method=naive_rag", "budget.tokens=512"], lambda i: i < 4, lambda i: 500 + i
+    )
+    lines = files.read_jsonl(small / files.PREDICTIONS)
+    for i, rec in enumerate(lines):
+        rec["dropped_tokens"] = 40 if i < 2 else 0
+    (small / files.PREDICTIONS).write_text("".join(json.dumps(r) + "\n" for r in lines))
+    write_run(root, [*point, "method=naive_rag", "budget.tokens=1024"], lambda i: True, lambda i: 1000)
+    written = summarise(["equal_context"], root, tmp_path / "out")
+    frame = pd.read_csv(tmp_path / "out" / "tables" / "equal_context.csv")
+    got = frame.set_index(["label", "size", "metric"])
+    # by hand: F1 and R@5 4/8 = 50 at 512 and 100 at 1024; tokens (500 + ... + 507) / 8 = 503.5; full 2/8 = 25%
+    assert got.loc[("naive_rag", 512, "F1"), ["n", "tokens", "full", "mean"]].tolist() == [
+        8,
+        503.5,
+        25.0,
+        50.0,
+    ]
+    assert got.loc[("naive_rag", 512, "R@5"), "mean"] == 50.0
+    assert got.loc[("naive_rag", 1024, "F1"), ["tokens", "full", "mean", "low", "high"]].tolist() == [
+        1000.0, 0.0, 100.0, 100.0, 100.0
+    ]  # fmt: skip
+    text = (tmp_path / "out" / "tables" / "equal_context.md").read_text()
+    assert "| naive_rag | 512 | 8 | 504 | 25.0 |" in text  # 503.5 shown as 504 (round half to even)
+    assert (
+        "Missing (not run, failed or incomplete) in equal_context on locomo: method=naive_rag budget.tokens=2048"
+        in text
+    )
+    assert {p.name for p in written} >= {"equal_context.md", "equal_context.csv", "equal_context.png"}

@@ -17,6 +17,7 @@ import pandas as pd
 
 from allmem.errors import ConfigError
 from allmem.report import ablations, cost, fig7, paper_figures, retrieval, stats, table1, table5, table8
+from allmem.report import equal_context as equal_context_view
 from allmem.report import retention as retention_view
 from allmem.report.atc import table3_frame, table3_markdown
 from allmem.report.frame import write_parquet
@@ -136,6 +137,23 @@ def render_retention(found: Found, tables: Path, figures: Path) -> list[Path]:
     notes = [_lme_note(found), *_missing(found, ["retention"]), *retention_view.DEFINITIONS]
     written = _render_by_dataset(
         found, tables, "retention", lambda ds: _runs(found, "retention", ds), build, notes
+    )
+    return written + drawn
+
+
+def render_equal_context(found: Found, tables: Path, figures: Path) -> list[Path]:
+    """The equal-context view (allmem/report/equal_context.py): table and, per dataset, a figure by packed tokens."""
+    drawn: list[Path] = []
+
+    def build(runs: list[Run], ds: str) -> tuple[pd.DataFrame, str]:
+        t = equal_context_view.compute(runs)
+        if not t.empty:
+            drawn.extend(equal_context_view.figure(t, runs, figures / f"equal_context{_suffix(ds)}", ds))
+        return t, equal_context_view.markdown_for(t)
+
+    notes = [_lme_note(found), *_missing(found, ["equal_context"]), *equal_context_view.DEFINITIONS]
+    written = _render_by_dataset(
+        found, tables, "equal_context", lambda ds: _runs(found, "equal_context", ds), build, notes
     )
     return written + drawn
 
@@ -283,6 +301,7 @@ RENDER: dict[str, Callable[[Found, Path, Path], list[Path]]] = {
     "table2": render_table2,
     "retrieval": render_retrieval,
     "retention": render_retention,
+    "equal_context": render_equal_context,
     "table3": render_table3,
     "table4": render_table4,
     "ablations_hybrid": render_ablations_hybrid,

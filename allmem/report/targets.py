@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
@@ -44,6 +45,13 @@ AUDIT = "atc_audit"
 # of ALLMEM_CONFIG_PATH joins its method list, in the launcher, the summarise step and `allmem paper list`
 # (docs/LIBRARY.md, "Your own system in every target").
 COMPARED = "table1"
+# Experiments that sweep the compared methods too: their files name no method list, the compared experiment's
+# (with the user's methods) is used, so the list has one home.
+SAME_METHODS = ("equal_context",)
+
+
+def _compares(experiment: str) -> bool:
+    return experiment == COMPARED or experiment in SAME_METHODS
 
 
 def user_methods() -> tuple[str, ...]:
@@ -70,10 +78,10 @@ def _user_digest() -> str:
 def launch_overrides(experiment: str) -> list[str]:
     """Overrides the launcher adds to an experiment's multirun: the compared methods with the user's (the
     command line's ``method=`` replaces the experiment file's sweep list)."""
-    extra = user_methods() if experiment == COMPARED else ()
-    if not extra:
+    extra = user_methods() if _compares(experiment) else ()
+    if not extra and experiment not in SAME_METHODS:
         return []
-    listed = [p[0].split("=", 1)[1] for p in sweep_points(experiment)]
+    listed = list(dict.fromkeys(p[0].split("=", 1)[1] for p in sweep_points(experiment)))
     return [f"method={','.join(listed)}"]
 
 
@@ -91,6 +99,7 @@ TARGETS: dict[str, Target] = {
         Target("table2", ("table1",), "Table 2: cost"),
         Target("retrieval", ("table1",), "Retrieval at every granularity"),
         Target("retention", ("retention",), "Retention: scores against the stream since the evidence"),
+        Target("equal_context", ("equal_context",), "Equal context: F1 and R@5 at equal packed tokens"),
         Target("table3", ("table1",), "Table 3: ATC per operator"),
         Target("table4", ("ablations",), "Table 4: ablations"),
         Target("ablations_hybrid", ("ablations_hybrid",), "Retrieval ablations of allmem_hybrid"),
@@ -125,7 +134,7 @@ GROUPS = {
 }
 # Experiments run in this order: table1 first, so the sweeps find its ingested banks; cheap ones before fig3.
 ORDER = ("table1", AUDIT, *STAGE1_VARIANTS, "ablations", "ablations_hybrid", "fig4_theta", "fig4_dsigma", "fig3",
-         "fig3_anchors", "fig5", "retention")  # fmt: skip
+         "fig3_anchors", "fig5", "retention", "equal_context")  # fmt: skip
 
 
 def expand(names: Sequence[str]) -> list[str]:
@@ -171,7 +180,7 @@ def _compose(overrides: Sequence[str], hydra_config: bool = False) -> DictConfig
 def sweep_points(experiment: str, use_cache: bool = True) -> tuple[tuple[str, ...], ...]:
     """The override list of every point of an experiment's ``hydra.sweeper.params`` (Hydra's own expansion),
     with the user's methods in the compared experiment's list (``user_methods``)."""
-    return _sweep_points(experiment, use_cache, user_methods() if experiment == COMPARED else ())
+    return _sweep_points(experiment, use_cache, user_methods() if _compares(experiment) else ())
 
 
 @lru_cache(maxsize=64)
@@ -179,10 +188,24 @@ def _sweep_points(experiment: str, use_cache: bool, mine: tuple[str, ...]) -> tu
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
+    cache = _HashCache() if use_cache else None
+    params = _params(experiment, cache)
+    if experiment in SAME_METHODS:  # the compared methods, then this experiment's own sweep
+        params = {"method": _params(COMPARED, cache)["method"], **params}
+    if mine:  # the user's methods join the compared ones
+        params = {**params, "method": ",".join([str(params["method"]), *mine])}
+    if not params:
+        return ((),)
+    parsed = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()])
+    batches = BasicSweeper.split_arguments(parsed, None)
+    return tuple(tuple(point) for batch in batches for point in batch)
+
+
+def _params(experiment: str, cache: _HashCache | None) -> dict[str, Any]:
+    """An experiment file's ``hydra.sweeper.params`` (key -> the value text), cached by the configs' fingerprint."""
     path = CONFIGS / "experiment" / f"{experiment}.yaml"
     if not path.exists():
         raise SystemExit(f"{path}: no such experiment file")
-    cache = _HashCache() if use_cache else None
     key = f"sweep:{_fingerprint()}:{experiment}"
     params = cache.data.get(key) if cache is not None else None
     if params is None:
@@ -193,13 +216,7 @@ def _sweep_points(experiment: str, use_cache: bool, mine: tuple[str, ...]) -> tu
             cache.data[key], cache.dirty = params, True
             cache.save()
     assert isinstance(params, dict)
-    if mine:  # the user's methods join the compared ones
-        params = {**params, "method": ",".join([str(params["method"]), *mine])}
-    if not params:
-        return ((),)
-    parsed = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()])
-    batches = BasicSweeper.split_arguments(parsed, None)
-    return tuple(tuple(point) for batch in batches for point in batch)
+    return params
 
 
 sweep_points.cache_clear = _sweep_points.cache_clear  # type: ignore[attr-defined]  # as when it was cached
