@@ -262,3 +262,35 @@ def test_the_table_from_fixture_runs_by_hand(tmp_path):
         in text
     )
     assert {p.name for p in written} >= {"equal_context.md", "equal_context.csv", "equal_context.png"}
+
+
+def _locomo_file(path: Path, dialogue: Dialogue, questions: list[str]) -> Path:
+    import json
+
+    conv: dict = {"speaker_a": "Ana", "speaker_b": "Ben"}
+    for i, s in enumerate(dialogue.sessions, 1):
+        conv[f"session_{i}_date_time"] = f"1:00 pm on {s.date.day} May, 2023"
+        conv[f"session_{i}"] = [{"speaker": t.speaker, "dia_id": t.id, "text": t.text} for t in s.turns]
+    qa = [{"question": q, "answer": "x", "evidence": ["D1:1"], "category": 4} for q in questions]
+    sample = {"sample_id": "conv-fill", "qa": qa, "conversation": conv, "event_summary": {}, "observation": {},
+              "session_summary": {}}  # fmt: skip
+    path.write_text(json.dumps([sample]))
+    return path
+
+
+def test_a_filled_run_end_to_end(tmp_path, cache_dir):
+    from allmem.run import files
+
+    data = _locomo_file(
+        tmp_path / "fill.json", _dialogue(3, 40), [QUERY, "What did Ben buy?", "Where was Ana?"]
+    )
+    base = ["method=amem", f"dataset.path={data}", f"run.root={tmp_path / 'runs'}", f"paths.cache_dir={cache_dir}",
+            "embedder=hash", "run.progress=false", "budget.tokens=1024", "llm.max_concurrency=2"]  # fmt: skip
+    plain = files.read_jsonl(runner_mod.run(_cfg(base), []) / files.PREDICTIONS)
+    filled_dir = runner_mod.run(_cfg([*base, "budget.fill=true"]), [])
+    filled = files.read_jsonl(filled_dir / files.PREDICTIONS)
+    # A-Mem's 10 notes and their links hold about 580 tokens of this dialogue: each filled question is full
+    assert all(r["context_tokens"] < 900 for r in plain)
+    assert all(r["dropped_tokens"] > 0 and r["context_tokens"] > 900 for r in filled)
+    contexts = files.read_jsonl(filled_dir / files.CONTEXTS)
+    assert [count_tokens(c["text"]) for c in contexts] == [r["context_tokens"] for r in filled]

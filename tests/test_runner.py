@@ -226,7 +226,7 @@ def test_malformed_dataset_fails_before_a_run_directory_exists(tmp_path, cache_d
 MUST_CHANGE = [
     "run.seed=7", "run.judge=false", "budget.tokens=1024", "protocol=mem0", "protocol.ks=[1,3]",
     "method.k=20", "llm.judge.model=other", "llm.temperature=0.5", "dataset.limit_questions=3",
-    "generator=extractive", "dataset.sample=5", "dataset.sample_dialogues=1",
+    "generator=extractive", "dataset.sample=5", "dataset.sample_dialogues=1", "budget.fill=true",
 ]  # fmt: skip
 MUST_NOT_CHANGE = [
     "run.progress=false", "embedder.cache_dir=/elsewhere/emb", "embedder.batch_size=8", "paths.cache_dir=/elsewhere", "wandb.enabled=true",
