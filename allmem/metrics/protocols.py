@@ -140,7 +140,7 @@ class Protocol:
         return {"f1": qa.set_f1(pred, gold), "bleu1": qa.bleu1(pred, gold), "rougeL": qa.rouge_l(pred, gold)}
 
     def score_retrieval(self, record: Mapping[str, Any]) -> dict[str, float | None]:
-        return dict(retrieval.allmem_retrieval(record["ranked_source_ids"], record["evidence"], self.ks))
+        return dict(retrieval.allmem_retrieval(credited(record), record["evidence"], self.ks))
 
     def score_item(self, record: Mapping[str, Any]) -> dict[str, float | None]:
         return {**self.score_qa(record), **self.score_retrieval(record)}
@@ -236,7 +236,15 @@ class LongMemEvalProtocol(Protocol):
     def score_retrieval(self, record: Mapping[str, Any]) -> dict[str, float | None]:
         if retrieval.is_abstention(record["question_id"]):
             return dict.fromkeys(self.retrieval_names())
-        return dict(retrieval.longmemeval_retrieval(record["ranked_source_ids"], record["evidence"], self.ks))
+        return dict(retrieval.longmemeval_retrieval(credited(record), record["evidence"], self.ks))
+
+
+def credited(record: Mapping[str, Any]) -> list[str]:
+    """The ranked ids at the granularity of the record's gold ``evidence``: LoCoMo's evidence names turns, so its
+    ranked turn ids as they are; LongMemEval's (a record with ``question_type``) names sessions, so each ranked turn
+    is credited to its session (``retrieval.session_ranking``; a ranked session id of an older record stays)."""
+    ranked = record["ranked_source_ids"]
+    return retrieval.session_ranking(ranked) if record.get("question_type") is not None else list(ranked)
 
 
 def _view(record: Any) -> Mapping[str, Any]:
