@@ -34,7 +34,7 @@ def item_values(run: Run) -> list[dict[str, float | None]]:
     ks = run.protocol.ks
     turn_ids = int(run.manifest.get("records") or 0) >= TURN_IDS_SINCE
     out = []
-    for i, raw in enumerate(run.records()):
+    for i, raw in enumerate(run.end_records()):
         rec = Prediction.from_json(raw, f"{run.path}: record {i}")
         if rec.error is not None or is_abstention(rec.question_id):
             continue
