@@ -19,7 +19,8 @@ from allmem.report.runs import load_run
 from allmem.run.runner import run
 
 REPO = Path(__file__).resolve().parents[1]
-METHODS = ("bm25", "naive_rag")  # turn lists: a mid-stream checkpoint leaves their end-of-stream state unchanged
+# turn lists: a mid-stream checkpoint leaves their end-of-stream state unchanged
+METHODS = ("bm25", "naive_rag")
 N_QUESTIONS = 14  # tests/fixtures/locomo_tiny.json: 8 + 6 questions
 
 
