@@ -88,6 +88,9 @@ def test_longmemeval_scorers_credit_ranked_turns_to_their_sessions() -> None:
               "ranked_source_ids": ["a:2", "a:5", "b:1", "c:0"]}  # fmt: skip
     assert credited(record) == ["a", "b", "c"]
     assert credited({**record, "question_type": None, "category": 1}) == record["ranked_source_ids"]
+    # the synthetic drift corpus has question types too, but its gold names turns: ranked turns as they are
+    drift = {**record, "question_type": "knowledge-update", "evidence": ["D2:3"]}
+    assert credited(drift) == record["ranked_source_ids"]
     # LongMemEval's official recall_any / recall_all at k=2 over sessions a, b: any 1, all 0
     lme = get_protocol("longmemeval", ks=(2,), table_k=2).score_retrieval(record)
     assert (lme["recall_any@2"], lme["recall_all@2"]) == (1.0, 0.0)

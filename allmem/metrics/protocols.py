@@ -240,11 +240,14 @@ class LongMemEvalProtocol(Protocol):
 
 
 def credited(record: Mapping[str, Any]) -> list[str]:
-    """The ranked ids at the granularity of the record's gold ``evidence``: LoCoMo's evidence names turns, so its
-    ranked turn ids as they are; LongMemEval's (a record with ``question_type``) names sessions, so each ranked turn
-    is credited to its session (``retrieval.session_ranking``; a ranked session id of an older record stays)."""
-    ranked = record["ranked_source_ids"]
-    return retrieval.session_ranking(ranked) if record.get("question_type") is not None else list(ranked)
+    """The ranked ids at the granularity of the record's gold ``evidence``. Ranked ids are turn ids; where the gold
+    names sessions (LongMemEval's answer sessions: a record without a LoCoMo ``category`` whose every gold id is a
+    session id, ``retrieval.session_of(g) == g``), each ranked turn is credited to its session
+    (``retrieval.session_ranking``; a ranked session id of an older record stays). LoCoMo's and the synthetic drift
+    corpus's gold names turns: their ranked ids as they are."""
+    ranked, gold = record["ranked_source_ids"], record["evidence"]
+    sessions = record.get("category") is None and gold and all(retrieval.session_of(g) == g for g in gold)
+    return retrieval.session_ranking(ranked) if sessions else list(ranked)
 
 
 def _view(record: Any) -> Mapping[str, Any]:
