@@ -53,7 +53,8 @@ def _lme_note(found: Found) -> str:
 
 
 def _suffix(dataset: str) -> str:
-    return "" if dataset == "locomo" else "_lme"
+    """A figure's file name suffix per dataset: none for LoCoMo, ``_lme`` for LongMemEval-s, else the name."""
+    return "" if dataset == "locomo" else "_lme" if dataset == "longmemeval_s" else f"_{dataset}"
 
 
 def _write(text: str, frame: pd.DataFrame | None, tables: Path, name: str) -> list[Path]:
