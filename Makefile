@@ -15,7 +15,7 @@ export TOKENIZERS_PARALLELISM := false
 TORCH ?= torch==2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-# Paper targets (README, "Tables, figures and sweeps"). Each runs its experiments: one Hydra multirun per file in
+# Paper targets (docs/REPRODUCE.md, "Tables, figures and sweeps"). Each runs its experiments: one Hydra multirun per file in
 # configs/experiment/ (the compared methods and sweep grids live there, nowhere else), complete runs skipped; then
 # a separate summarise step reads the run directories into results/tables (Markdown, CSV) and results/figures
 # (PNG, PDF). Which experiments a target needs: allmem/report/targets.py (`allmem paper list TARGET`).

@@ -35,7 +35,8 @@ class Turn:
     """One utterance of a dialogue, the unit of ingestion.
 
     ``id`` is the benchmark's evidence id where the benchmark scores turns (LoCoMo ``dia_id`` such as ``D3:5``);
-    ``source_id`` is the id retrieval metrics credit (turn id on LoCoMo, session id on LongMemEval).
+    ``source_id`` is the id retrieval metrics credit, a turn id on every dataset (LoCoMo ``D3:5``, LongMemEval
+    ``<session id>:<turn index>``, credited to its session where the gold names sessions).
     """
 
     id: str
@@ -203,9 +204,10 @@ class RecordError(ValueError):
 # The version of the records a run writes (``Prediction``, ``CallRecord``, system stats, ATC events). Bump it once
 # per change of fields, here, with the change; every attempt's manifest entry records it (``records``), so a
 # reader can tell which fields a run's files hold. docs/DESIGN.md keeps the history.
-RECORD_VERSION = 5  # 2: ranked_units, evidence_turns; latency_ms retrieve_search, query_embed; turn_write_ms; 3: ATC edit texts
+RECORD_VERSION = 6  # 2: ranked_units, evidence_turns; latency_ms retrieve_search, query_embed; turn_write_ms; 3: ATC edit texts
 # 4: ask point (``Prediction.ask``, ``Prediction.since``)
 # 5: packed contexts (contexts.jsonl.gz)
+# 6: LongMemEval's source ids are turn ids (``<session id>:<turn index>``) in ranked ids, units and contexts
 # Where a question is asked (allmem.run.asking; a record without ``ask``: end), and the points of each protocol.ask.
 ASK_POINTS = ("end", "after_evidence")
 ASK_MODES = {"end": ("end",), "after_evidence": ("after_evidence",), "both": ("after_evidence", "end")}

@@ -29,8 +29,8 @@ Simplified, and why:
   store, so the final store is the same), which lets a real endpoint answer them concurrently.
 - Memory ids are ``<store owner>:<n>`` instead of uuids, so reruns are identical.
 - Not the installed ``mem0ai`` 2.x pipeline (additive extraction, BM25 + entity boost, score threshold): that
-  later pipeline is not offered here (README, "mem0_pkg"), since its ``add`` needs an LLM and it is not the
-  paper's algorithm.
+  later pipeline is not offered here (docs/BASELINES.md, "mem0_pkg"), since its ``add`` needs an LLM and it is
+  not the paper's algorithm.
 
 Offline roles (``Mem0Responder``, deterministic, labelled offline in every table):
 - extraction: one fact per user message, its non-filler sentences with the first person rewritten to the

@@ -1,9 +1,11 @@
 """LongMemEval-s (Wu et al., ICLR 2025) → ``Dialogue``s, one per question.
 
 Each LongMemEval question carries its own haystack of ~50 sessions, so every question is its own memory stream:
-``Dialogue.id == Question.id == question_id``. The benchmark scores retrieval by session
-(``answer_session_ids``), so every turn's ``source_id`` is its session id while ``Turn.id`` stays unique
-(``<session_id>:<turn index>``); the turns marked ``has_answer`` are the question's ``evidence_turns``. Sessions
+``Dialogue.id == Question.id == question_id``. Every turn has a stable id, ``<session_id>:<turn
+index>`` (its place in its session, from 0), which is also its ``source_id``: every method's units carry the turns
+they came from, so retrieval is measured at turn level against the turns marked ``has_answer`` (the question's
+``evidence_turns``) and at session level, as the benchmark scores it (``answer_session_ids``), by crediting each
+ranked turn to its session (``allmem.metrics.retrieval.session_of``). Sessions
 are sorted by their ``haystack_dates`` (the official ``_s`` file is already sorted; the oracle file is not), ties
 kept in file order. Abstention questions (ids ending ``_abs``) load
 like any other; scorers recognise them by the id.
@@ -162,7 +164,7 @@ def _dialogue(entry: dict[str, Any], where: Where) -> Dialogue:
                     timestamp=date,
                     order=order,
                     role=role,
-                    source_id=sid,
+                    source_id=f"{sid}:{j}",
                 )
             )
             if td.get("has_answer") is True:

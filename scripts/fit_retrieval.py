@@ -16,7 +16,7 @@ Only the reader is skipped (it does not change R@k / N@k), so a search step take
 The variant's search starts from the values in configs/method/allmem_hybrid.yaml and moves one key at a time
 over ``VARIANT_GRID`` (a move is kept only when it raises the objective), so a rerun from the written values
 confirms them rather than searching again from scratch. The ablation table comes from runner runs of the
-``allmem_hybrid_no*`` configs (README, "Benchmarks and ablations").
+``allmem_hybrid_no*`` configs (docs/REPRODUCE.md, "Benchmarks and ablations").
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ def test_a_debug_run_stores_each_records_packed_context_within_the_budget(tmp_pa
     for p, c in zip(preds, ctxs, strict=True):  # what was packed came from what was retrieved
         assert {s for u in c["units"] for s in u["source_ids"]} <= set(p["ranked_source_ids"])
     manifest = json.loads((run / files.MANIFEST).read_text())
-    assert manifest["records"] == RECORD_VERSION == 5
+    assert manifest["records"] == RECORD_VERSION == 6
 
 
 def _write_members(path: Path, rows: list[dict]) -> None:

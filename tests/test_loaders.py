@@ -234,7 +234,9 @@ def test_tiny_longmemeval(lme_tiny: list[Dialogue]) -> None:
     # Listed 20th, 22nd, 21st of May: streamed 20th, 21st, 22nd.
     assert [s.id for s in first.sessions] == ["sharegpt_Qm8Zr1A_0", "ultrachat_118203", "answer_7161e7e2_1"]
     evid = first.sessions[2].turns[0]
-    assert (evid.id, evid.source_id, evid.role, evid.speaker) == (
+    # source_id: the turn id, so every method's units carry turns (the scorer credits them to their sessions)
+    assert (evid.id, evid.source_id, evid.session_id, evid.role, evid.speaker) == (
+        "answer_7161e7e2_1:0",
         "answer_7161e7e2_1:0",
         "answer_7161e7e2_1",
         "user",

@@ -68,6 +68,6 @@ def test_a_wheel_installed_elsewhere_runs_the_debug_config(tmp_path: Path) -> No
     done = subprocess.run([env_dir / "bin" / "allmem", "run", "+debug=default"], cwd=empty, env=env,
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    # results and caches of an install go to the current directory (README, "Setup")
+    # results and caches of an install go to the current directory (docs/REPRODUCE.md, "Setup")
     assert [p.name for p in (empty / "results" / "debug").rglob("DONE")] == ["DONE"]
     assert (empty / ".cache").is_dir()

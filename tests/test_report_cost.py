@@ -15,7 +15,7 @@ def _run(stats: dict, write_calls: dict, atc_events: list[dict]) -> SimpleNamesp
         metrics={"cost": {"write": write_calls}},
         reused_bank=any((s.get("bank_cache") or {}).get("hit") for s in stats.values()),
         events=lambda kind: atc_events if kind == "run" else [],
-        records=lambda: [{"latency_ms": {"retrieve": 2.0}, "context_tokens": 100}],
+        end_records=lambda: [{"latency_ms": {"retrieve": 2.0}, "context_tokens": 100}],
         method="allmem_hybrid",
         dataset="locomo",
         offline=True,

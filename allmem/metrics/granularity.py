@@ -13,10 +13,11 @@ evidence, at cut-off k:
   denominator, so fewer than k units count the missing places as misses). A merged unit holding three evidence
   turns is one relevant unit here, where the id-level recall credits it three times.
 
-LongMemEval's units carry session ids (the benchmark scores sessions), so there its turn level is not measured
-(None) and its unit precision is at session level; its evidence turns (``has_answer``) are recorded with each
-question (``Prediction.evidence_turns``). A question without gold ids has no value (None): it is left out of these
-means and of their counts, unlike the paper's R@k, which scores it 0.
+Ranked ids and units hold turn ids on every dataset (LoCoMo ``D3:5``; LongMemEval ``<session id>:<turn index>``,
+gold turns its ``has_answer`` turns, ``Prediction.evidence_turns``). LongMemEval records of version 5 and earlier
+ranked sessions: there the turn level is not measured (None; ``turn_level=False``) and unit precision is at session
+level. A question without gold ids at a level has no value there (None): it is left out of these means and of their
+counts, unlike the paper's R@k, which scores it 0.
 """
 
 from __future__ import annotations
@@ -24,17 +25,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from allmem.metrics.retrieval import dedupe
+from allmem.metrics.retrieval import dedupe, session_of
 
 LEVELS = ("turn", "session")
 MEASURES = ("any", "all", "recall", "ndcg")
-
-
-def session_of(source_id: str) -> str:
-    """The session of a source id: ``D3:5`` → ``D3`` (LoCoMo turn), ``<session>:<j>`` → ``<session>`` (LongMemEval
-    turn); an id without a ``:<number>`` tail is a session id already."""
-    head, sep, tail = source_id.rpartition(":")
-    return head if sep and tail.isdigit() else source_id
 
 
 def _at_k(ranked: Sequence[str], gold: set[str], k: int) -> dict[str, float]:
@@ -67,7 +61,7 @@ def granular(
     sessions = set(gold_sessions) or {session_of(t) for t in turns}
     ranked = dedupe(ranked_ids)
     ranked_sessions = dedupe(session_of(s) for s in ranked)
-    unit_sets = [set(u) for u in units]
+    unit_sets = [set(u) if turn_level else {session_of(s) for s in u} for u in units]
     unit_gold = turns if turn_level else sessions
     out: dict[str, float | None] = {}
     for k in ks:
@@ -75,11 +69,7 @@ def granular(
             usable = gold and (level == "session" or turn_level)
             values = _at_k(ids, gold, k) if usable else dict.fromkeys(MEASURES)
             out.update({f"{level}_{m}@{k}": values[m] for m in MEASURES})
-        out[f"P@{k}"] = (
-            sum(1 for u in unit_sets[:k] if u & unit_gold) / k
-            if unit_gold and (turn_level or sessions)
-            else None
-        )
+        out[f"P@{k}"] = sum(1 for u in unit_sets[:k] if u & unit_gold) / k if unit_gold else None
     return out
 
 

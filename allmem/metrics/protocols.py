@@ -140,7 +140,7 @@ class Protocol:
         return {"f1": qa.set_f1(pred, gold), "bleu1": qa.bleu1(pred, gold), "rougeL": qa.rouge_l(pred, gold)}
 
     def score_retrieval(self, record: Mapping[str, Any]) -> dict[str, float | None]:
-        return dict(retrieval.allmem_retrieval(record["ranked_source_ids"], record["evidence"], self.ks))
+        return dict(retrieval.allmem_retrieval(credited(record), record["evidence"], self.ks))
 
     def score_item(self, record: Mapping[str, Any]) -> dict[str, float | None]:
         return {**self.score_qa(record), **self.score_retrieval(record)}
@@ -236,7 +236,18 @@ class LongMemEvalProtocol(Protocol):
     def score_retrieval(self, record: Mapping[str, Any]) -> dict[str, float | None]:
         if retrieval.is_abstention(record["question_id"]):
             return dict.fromkeys(self.retrieval_names())
-        return dict(retrieval.longmemeval_retrieval(record["ranked_source_ids"], record["evidence"], self.ks))
+        return dict(retrieval.longmemeval_retrieval(credited(record), record["evidence"], self.ks))
+
+
+def credited(record: Mapping[str, Any]) -> list[str]:
+    """The ranked ids at the granularity of the record's gold ``evidence``. Ranked ids are turn ids; where the gold
+    names sessions (LongMemEval's answer sessions: a record without a LoCoMo ``category`` whose every gold id is a
+    session id, ``retrieval.session_of(g) == g``), each ranked turn is credited to its session
+    (``retrieval.session_ranking``; a ranked session id of an older record stays). LoCoMo's and the synthetic drift
+    corpus's gold names turns: their ranked ids as they are."""
+    ranked, gold = record["ranked_source_ids"], record["evidence"]
+    sessions = record.get("category") is None and gold and all(retrieval.session_of(g) == g for g in gold)
+    return retrieval.session_ranking(ranked) if sessions else list(ranked)
 
 
 def _view(record: Any) -> Mapping[str, Any]:

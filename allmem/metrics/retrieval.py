@@ -1,8 +1,10 @@
 """Retrieval metrics over ranked source ids, and the step that turns ranked units into ranked source ids.
 
 Memory systems return ranked *units* (a turn, a fact, a merged summary); the benchmarks label *source ids*
-(LoCoMo turn ids, LongMemEval session ids). ``rank_source_ids`` is the one bridge between the two, so every
-system is credited the same way.
+(LoCoMo's turns; LongMemEval's sessions). A unit's source ids are turn ids on every dataset (LoCoMo ``D3:5``,
+LongMemEval ``<session id>:<turn index>``); ``rank_source_ids`` is the one bridge from units to ranked ids, so every
+system is credited the same way, and ``session_ranking`` credits each ranked turn to its session where the gold
+names sessions (LongMemEval).
 
 Conventions (documented because the papers differ):
 - Ranked ids are de-duplicated keeping the first occurrence: the list is already best-first, so a repeated id
@@ -29,6 +31,30 @@ def dedupe(ids: Iterable[str]) -> list[str]:
             seen.add(i)
             out.append(i)
     return out
+
+
+def session_of(source_id: str) -> str:
+    """The session of a source id: ``D3:5`` → ``D3`` (LoCoMo turn), ``<session>:<j>`` → ``<session>`` (LongMemEval
+    turn); an id without a ``:<number>`` tail is a session id already (LongMemEval records of version 5 and
+    earlier ranked sessions)."""
+    head, sep, tail = source_id.rpartition(":")
+    return head if sep and tail.isdigit() else source_id
+
+
+def session_ranking(ranked: Iterable[str]) -> list[str]:
+    """Ranked turn ids → ranked sessions: each session at the place of its best turn."""
+    return dedupe(session_of(s) for s in ranked)
+
+
+def kept_ranking(ranked: Sequence[str], n: int, sessions: int) -> list[str]:
+    """The ranked ids a record keeps: the first ``n``, and more until they span ``sessions`` sessions (or the list
+    ends), so a session-level cut-off of up to ``sessions`` reads the same from the kept ids as from all."""
+    seen: set[str] = set()
+    for i, sid in enumerate(ranked):
+        seen.add(session_of(sid))
+        if i + 1 >= n and len(seen) >= sessions:
+            return list(ranked[: i + 1])
+    return list(ranked)
 
 
 def rank_source_ids(units: Sequence[Retrieved]) -> list[str]:

@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from allmem.report.compare import by_dialogue, cell, compare, metric_title
-from allmem.report.items import item_frame
+from allmem.report.items import end_frame
 from allmem.report.runs import Run
 from allmem.report.table1 import REFERENCE, table_metrics
 from allmem.report.tables import markdown
@@ -44,7 +44,7 @@ def surface_share(run: Run) -> float | None:
 def search_ms(run: Run) -> float | None:
     """Mean Stage 1 + 2 + 3 time per query (query embedding left out: it is cached for repeated questions)."""
     totals = []
-    for r in run.records():
+    for r in run.end_records():
         lat = r.get("latency_ms") or {}
         if all(s in lat for s in STAGES):
             totals.append(sum(float(lat[s]) for s in STAGES))
@@ -52,7 +52,7 @@ def search_ms(run: Run) -> float | None:
 
 
 def compute(runs: Sequence[Run]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    frames = {run.method: item_frame(run) for run in runs}
+    frames = {run.method: end_frame(run) for run in runs}
     reference = REFERENCE if REFERENCE in frames else None
     table = compare(frames, table_metrics(runs), reference, by_group=False)
     extra = pd.DataFrame(
@@ -102,7 +102,7 @@ HYBRID_LABELS = {
 def compute_hybrid(runs: Sequence[Run], fit: Sequence[str]) -> pd.DataFrame:
     """R@5, N@5 and F1 with intervals and paired tests against allmem_hybrid, on the held-out and fit
     conversations (``fit`` names the fit conversations) and on all of them."""
-    frames = {run.method: item_frame(run) for run in runs}
+    frames = {run.method: end_frame(run) for run in runs}
     reference = HYBRID_REFERENCE if HYBRID_REFERENCE in frames else None
     parts = [compare(frames, HYBRID_METRICS, reference, subset="all", by_group=False)]
     if fit:

@@ -77,7 +77,7 @@ def run_cost(run: Run) -> dict[str, Any]:
     atc_ms = sum(float(e.get("latency_ms", 0.0)) for e in atc_runs)
     atc_tokens = sum(float(e.get("tokens", 0)) for e in atc_runs)
     atc_turns = sum(int(e.get("turns_since_last", 0)) for e in atc_runs)
-    records = run.records()
+    records = run.end_records()  # one per question (protocol.ask=both: the end ones)
     n_q = len(records)
     retrieve_ms = [float((r.get("latency_ms") or {}).get("retrieve", 0.0)) for r in records]
     search_ms = [

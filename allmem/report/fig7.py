@@ -91,14 +91,14 @@ def run_case(with_atc: Any, without: Any) -> Case | None:
     k = int(with_atc.value("protocol.table_k"))
     updates = [e for e in executed(with_atc.events("target"), with_atc.label) if e.op == "update"]
     questions: dict[str, list[Question]] = {}
-    for r in without.records():
+    for r in without.end_records():
         questions.setdefault(r["dialogue_id"], []).append(
             Question(r["question_id"], r["question"], str(r.get("gold", "")), tuple(r["ranked_source_ids"]))
         )
     case = pick(updates, questions, k)
     if case is None:
         return None
-    mine = next(r for r in with_atc.records() if r["question_id"] == case.question.id)
+    mine = next(r for r in with_atc.end_records() if r["question_id"] == case.question.id)
     case.top_with = tuple(mine["ranked_source_ids"])
     case.where = (
         f"{DATASET_TITLES.get(with_atc.dataset, with_atc.dataset)}, {with_atc.label} vs {without.label}"

@@ -71,6 +71,20 @@ def item_frame(run: Run, use_cache: bool = True) -> pd.DataFrame:
     return frame
 
 
+def at_end(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the records asked at the stream's end, the paper's protocol: a run of ``protocol.ask=both`` has
+    two records per question and keeps its ``end`` ones; a run with one ask point keeps every row (one per
+    question). Tables that read one record per question (Tables 1-4, the retrieval table) read these; the
+    retention view reads every row."""
+    asks = set(frame["ask"])
+    return frame[frame["ask"] == "end"].reset_index(drop=True) if len(asks) > 1 and "end" in asks else frame
+
+
+def end_frame(run: Run, use_cache: bool = True) -> pd.DataFrame:
+    """``item_frame`` of the run's end-of-stream records (``at_end``)."""
+    return at_end(item_frame(run, use_cache))
+
+
 def _item_frame(run: Run, use_cache: bool) -> pd.DataFrame:
     path = run.path / files.PREDICTIONS
     if not use_cache:

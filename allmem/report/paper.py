@@ -21,7 +21,7 @@ from allmem.report import equal_context as equal_context_view
 from allmem.report import retention as retention_view
 from allmem.report.atc import table3_frame, table3_markdown
 from allmem.report.frame import write_parquet
-from allmem.report.provenance import DATASET_TITLES, footer
+from allmem.report.provenance import DATASET_TITLES, ask_note, footer
 from allmem.report.runs import Run, check_same_code, with_judge
 from allmem.report.targets import LME_SKIPPED, TARGETS, Point, collect, expand, experiments_of
 from allmem.run import files
@@ -54,7 +54,8 @@ def _lme_note(found: Found) -> str:
 
 
 def _suffix(dataset: str) -> str:
-    return "" if dataset == "locomo" else "_lme"
+    """A figure's file name suffix per dataset: none for LoCoMo, ``_lme`` for LongMemEval-s, else the name."""
+    return "" if dataset == "locomo" else "_lme" if dataset == "longmemeval_s" else f"_{dataset}"
 
 
 def _write(text: str, frame: pd.DataFrame | None, tables: Path, name: str) -> list[Path]:
@@ -84,7 +85,7 @@ def render_table1(found: Found, tables: Path, figures: Path) -> list[Path]:
     notes = [_lme_note(found), *_missing(found, experiments), table1.stats_note(),
              "Context tokens: mean tokens of retrieved evidence packed into the generator context (o200k_base, "
              "after the matched budget)."]  # fmt: skip
-    sections.append(footer(runs_all, "table1", notes))
+    sections.append(footer(runs_all, "table1", [*notes, ask_note(runs_all)]))
     frame = pd.concat(frames, ignore_index=True) if frames else None
     return _write("\n\n".join(sections), frame, tables, "table1")
 
@@ -96,9 +97,11 @@ def _render_by_dataset(
     pick: Callable[[str], list[Run]],
     build: Callable[[list[Run], str], tuple[pd.DataFrame, str]],
     notes: Sequence[str],
+    every_ask: bool = False,
 ) -> list[Path]:
     """A table with one section per dataset: ``pick`` its runs, ``build`` (frame, Markdown) from them; a dataset
-    without runs has no section. One footer names every run used, then ``notes``."""
+    without runs has no section. One footer names every run used, then ``notes`` (and, unless the table reads
+    ``every_ask`` point, that runs with two ask points are read at the stream's end: ``provenance.ask_note``)."""
     sections, frames, runs_all = [f"# {TARGETS[name].title}"], [], []
     for ds in _datasets(found):
         runs = pick(ds)
@@ -107,7 +110,7 @@ def _render_by_dataset(
             frames.append(frame)
             runs_all += runs
             sections += [f"## {DATASET_TITLES.get(ds, ds)}", markdown]
-    sections.append(footer(runs_all, name, notes))
+    sections.append(footer(runs_all, name, [*notes, "" if every_ask else ask_note(runs_all)]))
     frame = pd.concat(frames, ignore_index=True) if frames else None
     return _write("\n\n".join(sections), frame, tables, name)
 
@@ -136,7 +139,7 @@ def render_retention(found: Found, tables: Path, figures: Path) -> list[Path]:
 
     notes = [_lme_note(found), *_missing(found, ["retention"]), *retention_view.DEFINITIONS]
     written = _render_by_dataset(
-        found, tables, "retention", lambda ds: _runs(found, "retention", ds), build, notes
+        found, tables, "retention", lambda ds: _runs(found, "retention", ds), build, notes, every_ask=True
     )
     return written + drawn
 

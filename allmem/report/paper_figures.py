@@ -22,7 +22,7 @@ from allmem.report.ablations import STAGES, search_ms, surface_share
 from allmem.report.atc import pooled_recoverability
 from allmem.report.compare import compare
 from allmem.report.figures import pyplot
-from allmem.report.items import item_frame
+from allmem.report.items import end_frame
 from allmem.report.provenance import DATASET_TITLES, caption
 from allmem.report.runs import Run
 from allmem.run import files
@@ -53,12 +53,12 @@ def generator_tokens(run: Run) -> float:
     n = int(run.metrics.get("n_records") or 0)
     if gen.get("tokens_in") and n:
         return float(gen["tokens_in"]) / n
-    frame = item_frame(run)
+    frame = end_frame(run)
     return float(frame["context_tokens"].astype(float).mean())
 
 
 def _intervals(runs: Sequence[Run], metrics: Sequence[str]) -> pd.DataFrame:
-    frames = {str(i): item_frame(r) for i, r in enumerate(runs)}
+    frames = {str(i): end_frame(r) for i, r in enumerate(runs)}
     table = compare(frames, metrics, None, by_group=False, tests=False)
     table["run"] = table["label"].astype(int)
     return table
@@ -235,7 +235,7 @@ def fig5(
     for stage in ("embed", *STAGES):
         vals = []
         for run in stage_runs:
-            lat = [float((r.get("latency_ms") or {}).get(stage, np.nan)) for r in run.records()]
+            lat = [float((r.get("latency_ms") or {}).get(stage, np.nan)) for r in run.end_records()]
             vals.append(np.nanmean(lat) if lat and not np.all(np.isnan(lat)) else 0.0)
         ax.bar(names, vals, bottom=bottom, label=STAGE_LABELS[stage])
         data += [{"panel": "b", "run_dir": str(r.path), "method": r.method, "stage": stage, "ms": v}

@@ -78,6 +78,19 @@ def footer(runs: Sequence[Run], target: str, notes: Sequence[str] = ()) -> str:
     return "\n\n".join(lines)
 
 
+def ask_note(runs: Sequence[Run]) -> str:
+    """The footer line of a table that reads one record per question, when some run asked each question twice
+    (``protocol.ask=both``): it reads their end-of-stream records; empty when no run did."""
+    both = [r.label for r in runs if len(r.asks) > 1]
+    if not both:
+        return ""
+    return (
+        f"Asked at two points (protocol.ask=both): {', '.join(f'`{b}`' for b in both)}; this table reads their "
+        "end-of-stream records (the paper's protocol: every question once, after the whole stream); the retention "
+        "view (make retention) reads both."
+    )
+
+
 def caption(runs: Sequence[Run]) -> str:
     """A short one-line figure caption: backend, dataset with question count, date and sha."""
     backend = "offline backend" if runs and all(r.offline for r in runs) else backend_text(runs)

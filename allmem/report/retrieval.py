@@ -24,18 +24,24 @@ from allmem.types import Prediction
 TITLES = {"any": "any", "all": "all", "recall": "R", "ndcg": "N"}
 
 
+# the records version from which LongMemEval's ranked ids and units are turn ids (allmem.types)
+TURN_IDS_SINCE = 6
+
+
 def item_values(run: Run) -> list[dict[str, float | None]]:
-    """Per question: ``granular``'s values (LoCoMo at turn level, LongMemEval with session-level units)."""
+    """Per question: ``granular``'s values; LongMemEval at turn level when its records hold turn ids (records
+    version 6), else with session-level units and no turn level."""
     ks = run.protocol.ks
+    turn_ids = int(run.manifest.get("records") or 0) >= TURN_IDS_SINCE
     out = []
-    for i, raw in enumerate(run.records()):
+    for i, raw in enumerate(run.end_records()):
         rec = Prediction.from_json(raw, f"{run.path}: record {i}")
         if rec.error is not None or is_abstention(rec.question_id):
             continue
         lme = rec.question_type is not None
         values = granular(
             rec.ranked_source_ids, rec.ranked_units, rec.evidence_turns if lme else rec.evidence,
-            rec.evidence if lme else (), ks, turn_level=not lme,
+            rec.evidence if lme else (), ks, turn_level=turn_ids or not lme,
         )  # fmt: skip
         if not rec.ranked_units:  # recorded before units were (version 1): unit precision is unknown
             values.update({f"P@{k}": None for k in ks})
@@ -73,7 +79,8 @@ DEFINITIONS = (
     "turn / session: gold and ranked ids at that granularity (a turn's session: D3:5 -> D3); any: some gold id in the"
     " top k; all: every gold id in the top k; R: share of the gold ids in the top k (Table 1's R@k at turn level);"
     " N: binary NDCG (Table 1's N@k at turn level); unit P: share of the top k returned units that hold any gold id"
-    " (a merged unit counts once). LongMemEval's units carry sessions: its turn columns are n/a and its unit P is at"
-    " session level. Questions without gold ids and LongMemEval abstention questions are left out (n). Definitions:"
+    " (a merged unit counts once). LongMemEval's gold turns are its has_answer turns (runs made before records"
+    " version 6 ranked sessions: turn columns n/a, unit P at session level). Questions without gold ids and"
+    " LongMemEval abstention questions are left out (n). Definitions:"
     " docs/PROTOCOL.md, 'Retrieval at every granularity'.",
 )

@@ -107,6 +107,18 @@ class Run:
     def records(self) -> list[dict[str, Any]]:
         return self._records
 
+    @cached_property
+    def asks(self) -> tuple[str, ...]:
+        """The ask points the run's records hold (``end``, ``after_evidence``; a record without one: end)."""
+        return tuple(sorted({r.get("ask") or "end" for r in self._records}))
+
+    def end_records(self) -> list[dict[str, Any]]:
+        """One record per question, the paper's protocol: with two ask points (``protocol.ask=both``) the records
+        asked at the stream's end, else every record (``allmem.report.items.at_end`` for score frames)."""
+        if len(self.asks) > 1 and "end" in self.asks:
+            return [r for r in self._records if (r.get("ask") or "end") == "end"]
+        return self._records
+
     def stats(self) -> dict[str, dict[str, Any]]:
         """``system_stats.jsonl`` by dialogue; the last line wins (a resumed dialogue was ingested again)."""
         return self._stats

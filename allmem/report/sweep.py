@@ -16,7 +16,7 @@ import pandas as pd
 from allmem.report.compare import compare, fmt_ci, metric_title
 from allmem.report.figures import pyplot
 from allmem.report.frame import config_columns
-from allmem.report.items import item_frame
+from allmem.report.items import end_frame
 from allmem.report.paper_figures import generator_tokens, save
 from allmem.report.provenance import footer
 from allmem.report.runs import Run, check_same_code, find_runs
@@ -34,7 +34,7 @@ def varying_keys(runs: list[Run]) -> list[str]:
 
 def summary_frame(runs: list[Run]) -> pd.DataFrame:
     keys = varying_keys(runs)
-    frames = {str(i): item_frame(r) for i, r in enumerate(runs)}
+    frames = {str(i): end_frame(r) for i, r in enumerate(runs)}
     metrics = table_metrics(runs)
     table = compare(frames, metrics, None, by_group=False, tests=False)
     rows = []

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from allmem.defaults import CONFIG_DIR
 from allmem.report import stats, views
 from allmem.report.compare import OVERALL, by_dialogue, cell, compare, metric_title
-from allmem.report.items import item_frame
+from allmem.report.items import end_frame
 from allmem.report.provenance import DATASET_TITLES
 from allmem.report.runs import Run
 from allmem.report.tables import markdown
@@ -48,7 +48,7 @@ def row_name(run: Run, experiment: str = "table1") -> str:
 
 def frames_of(runs: Sequence[Run], names: Sequence[str] | None = None) -> dict[str, pd.DataFrame]:
     names = names or [run.method for run in runs]
-    return {name: item_frame(run) for name, run in zip(names, runs, strict=True)}
+    return {name: end_frame(run) for name, run in zip(names, runs, strict=True)}  # one record per question
 
 
 def compute(runs: Sequence[Run], dataset: str, names: Sequence[str] | None = None) -> pd.DataFrame:

@@ -156,9 +156,10 @@ def experiments_of(targets: Sequence[str]) -> list[str]:
     return [e for e in ORDER if e in wanted] + sorted(wanted - set(ORDER))
 
 
-# Experiments that also run on a dataset of their own: the ATC audit on the synthetic drift corpus, where every
-# edit's truth is known (Table 8's ground truth, Fig. 7's fallback).
-ALSO_ON: dict[str, tuple[str, ...]] = {AUDIT: ("synthetic_drift",)}
+# Experiments that also run on a dataset of their own, the synthetic drift corpus, where every edit's truth is known
+# and supersessions are planted: the ATC audit (Table 8's ground truth, Fig. 7's fallback) and the retention view
+# (each question asks a speaker's latest state, after the session that states it and at the stream's end).
+ALSO_ON: dict[str, tuple[str, ...]] = {AUDIT: ("synthetic_drift",), "retention": ("synthetic_drift",)}
 
 
 def dataset_overrides(lme: str | None, experiment: str | None = None) -> dict[str, list[str]]:

@@ -17,7 +17,7 @@ import pandas as pd
 from allmem.metrics import errata as errata_mod
 from allmem.metrics.protocols import validate_record
 from allmem.report.compare import cell, compare, metric_title
-from allmem.report.items import JUDGE, item_frame
+from allmem.report.items import JUDGE, end_frame
 from allmem.report.runs import Run
 from allmem.report.tables import markdown
 
@@ -35,11 +35,11 @@ TITLES = {"all": "all", "no-cat5": "w/o cat. 5", "errata": "errata", "errata-no-
 def errata_frame(run: Run, frame: pd.DataFrame | None = None) -> tuple[pd.DataFrame, int]:
     """The run's item frame with the errata of its dataset applied, and the number of questions they changed
     (the frame unchanged and 0 when the dataset has no errata)."""
-    frame = item_frame(run) if frame is None else frame
+    frame = end_frame(run) if frame is None else frame
     errata = errata_mod.load(run.dataset)
     if errata is None:
         return frame, 0
-    records = [validate_record(r, f"{run.path}: record {i}") for i, r in enumerate(run.records())]
+    records = [validate_record(r, f"{run.path}: record {i}") for i, r in enumerate(run.end_records())]
     fixed, changed = errata_mod.apply(errata, records)
     excluded = set(changed["excluded"])
     corrected = {r["question_id"]: r for r in fixed if r["question_id"] in set(changed["corrected"])}

@@ -34,13 +34,13 @@ class Ask:
 def last_evidence(dialogue: Dialogue, question: Question) -> tuple[int, int] | None:
     """(session index, stream position) of the question's last evidence turn; None when none matches. A turn
     matches by its id (``evidence_turns`` when the dataset marks turns, else ``evidence``) or, for datasets whose
-    evidence names sessions (LongMemEval without turn marks), by its source id."""
+    evidence names sessions (LongMemEval without turn marks), by its session (every turn of an evidence session)."""
     ids = set(question.evidence_turns or question.evidence)
-    by_source = not question.evidence_turns
+    by_session = not question.evidence_turns and question.question_type is not None
     found, pos = None, 0
     for s, session in enumerate(dialogue.sessions):
         for turn in session.turns:
-            if turn.id in ids or (by_source and turn.source_id in ids):
+            if turn.id in ids or turn.source_id in ids or (by_session and turn.session_id in ids):
                 found = (s, pos)
             pos += 1
     return found

@@ -164,10 +164,12 @@ def check_data(dialogues: Sequence[Dialogue], cfg: DictConfig) -> dict[str, Any]
         counts["dialogues_without_turns"] += not turns
         counts["empty_turns"] += sum(1 for t in turns if not t.text.strip() and not (t.caption or "").strip())
         sources = {t.source_id or t.id for t in turns}
+        sessions = {t.session_id for t in turns}  # LongMemEval's evidence names sessions
         for q in d.questions:
             counts["empty_questions"] += not q.text.strip()
             counts["questions_without_evidence"] += not q.evidence
-            counts["questions_with_unmatched_evidence"] += any(e not in sources for e in q.evidence)
+            known = sources | sessions if q.question_type is not None else sources
+            counts["questions_with_unmatched_evidence"] += any(e not in known for e in q.evidence)
     for key, n in counts.items():
         if key != "questions" and n:
             log.warning("%s: %d %s", where, n, key.replace("_", " "))

@@ -31,7 +31,7 @@ from allmem.errors import ConfigError, RunFailed
 from allmem.metrics import dataset_for, score_records
 from allmem.metrics.judge import invalid_warning
 from allmem.metrics.protocols import Protocol
-from allmem.metrics.retrieval import rank_source_ids
+from allmem.metrics.retrieval import kept_ranking, rank_source_ids
 from allmem.run import asking, attempts, files, identity, parallel, preflight, questions, shards
 from allmem.run import timing as timers
 from allmem.systems import MemorySystem, Resources
@@ -40,7 +40,9 @@ from benchmarks import load_dataset
 
 log = logging.getLogger("allmem.run")
 
-MAX_RANKED_IDS = 100  # ranked source ids kept per question: enough for every R@k / N@k (or the largest k)
+MAX_RANKED_IDS = (
+    100  # ranked (turn) ids kept per question, at least, and more until they span max(ks) sessions
+)
 
 
 def build(node: DictConfig, **available: Any) -> Any:
@@ -153,7 +155,9 @@ def answer_question(
         prediction=answer.text,
         gold=question.gold,
         evidence=question.evidence,
-        ranked_source_ids=tuple(rank_source_ids(result.units)[: max(MAX_RANKED_IDS, *protocol.ks)]),
+        ranked_source_ids=tuple(
+            kept_ranking(rank_source_ids(result.units), max(MAX_RANKED_IDS, *protocol.ks), max(protocol.ks))
+        ),
         ranked_units=tuple(tuple(u.source_ids) for u in result.units[: max(protocol.ks)]),  # unit precision
         evidence_turns=question.evidence_turns,
         category=question.category,
