@@ -88,9 +88,16 @@ def test_site_loads_without_errors_and_counts_match(tmp_path: Path) -> None:
     assert "&lt;script&gt;window.PWNED=1&lt;/script&gt; what?" in dom
     assert '<p id="ecount">4 questions</p>' in dom
     assert "a right and b wrong: 1; b right and a wrong: 1" in dom
-    # the first page loads index.js only: no run's details or context until a question is opened
+    # the first page loads index.js and the answers of the two runs compared: no details or context until a
+    # question is opened
     assert 'src="index.js"' in dom
-    assert f'src="{PARTS}/' not in dom
+    assert sorted(re.findall(rf'<script src="({PARTS}/[^"]+)"', dom)) == [
+        f"{PARTS}/0/answers.js",
+        f"{PARTS}/1/answers.js",
+    ]
+    assert "<tr><td>conv-26:q1</td><td>q1</td><td>blue</td><td>blue</td><td>zzz</td></tr>" in dom.replace(
+        ' class="q ok"', ""
+    )
 
     # a question opened by its link: run a's packed context, the evidence turn's line marked; b stored none
     opened = _load(browser, index.as_uri() + "#q=conv-26%3Aq1")
@@ -98,9 +105,12 @@ def test_site_loads_without_errors_and_counts_match(tmp_path: Path) -> None:
     assert "<span>[1 May 2023] Mel: off topic 1\n</span>" in opened.stdout  # not evidence: no class
     assert '<span class="ev">[2 May 2023] Caroline: evidence 1\n</span>' in opened.stdout
     assert opened.stdout.count("context: not recorded") == 1  # run b
-    # what the opened question loaded: each run's details of its dialogue, and run a's context of q1 only
+    # what the opened question loaded: each run's answers and details of its dialogue, and run a's context of q1 only
     loaded = sorted(re.findall(rf'<script src="({PARTS}/[^"]+)"', opened.stdout))
-    assert loaded == [f"{PARTS}/0/c1.js", f"{PARTS}/0/d0.js", f"{PARTS}/1/d0.js"]
+    assert loaded == [
+        f"{PARTS}/{r}/{n}.js" for r, n in [(0, "answers"), (0, "c1"), (0, "d0"), (1, "answers"), (1, "d0")]
+    ]
+    assert "<summary>a: blue (correct, retrieval hit)</summary>" in opened.stdout
     assert "loading" not in opened.stdout  # every part arrived
 
 
@@ -138,7 +148,7 @@ def test_site_replaces_only_its_own_parts_folder(tmp_path: Path) -> None:
     write_site([_run(tmp_path, "a", 0, contexts=True)], out)
     assert (out / PARTS / MARK).is_file() and (out / PARTS / "0" / "c3.js").is_file()
     write_site([_run(tmp_path, "b", 1)], out)  # no contexts now: the old ones are gone
-    assert sorted(p.name for p in (out / PARTS / "0").iterdir()) == ["d0.js"]
+    assert sorted(p.name for p in (out / PARTS / "0").iterdir()) == ["answers.js", "d0.js"]
     foreign = tmp_path / "other"
     (foreign / PARTS).mkdir(parents=True)
     (foreign / PARTS / "keep.txt").write_text("mine")

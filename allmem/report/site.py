@@ -2,9 +2,10 @@
 
 It reads complete run directories only (``allmem.report.runs`` over ``allmem.run.files``' safe loaders) and writes
 ``index.html``, the assets in ``allmem/report/site_assets``, ``index.js`` (what the first page needs: the main
-table's cells, and per question of each run its shared row, verdicts and answer, as one JSON value loaded as a
-<script>) and ``parts/`` (per run, the details of each dialogue's questions and each question's packed context,
-which ``site.js`` loads by adding a <script> when a question is opened: file:// blocks fetch). So the first page
+table's cells, and per question of each run its shared row and verdicts, as one JSON value loaded as a <script>)
+and ``parts/`` (per run, its answers, the details of each dialogue's questions and each question's packed
+context, which ``site.js`` loads by adding a <script> when the comparison lists two runs or a question is opened:
+file:// blocks fetch). So the first page
 stays small however many runs and contexts there are. Every dataset and model text is put on the page with
 ``textContent`` by ``site.js``, never as HTML, so a text holding ``<script>`` shows as text. The output folder is
 not committed (``results/site`` is ignored)."""
@@ -125,9 +126,10 @@ def _js(value: Any) -> str:
 
 
 def _run_data(run: Run, ri: int, w: _Writer) -> dict[str, Any]:
-    """The run's entry of ``index.js`` (what the main table, the explorer list and the comparison need), writing
-    its details per dialogue (``parts/<ri>/d<n>.js``) and its packed contexts per question (``parts/<ri>/c<p>.js``)
-    for ``site.js`` to load when a question is opened."""
+    """The run's entry of ``index.js`` (what the main table, the explorer list and the comparison's counts need),
+    writing its answers (``parts/<ri>/answers.js``), its details per dialogue (``parts/<ri>/d<n>.js``) and its
+    packed contexts per question (``parts/<ri>/c<p>.js``) for ``site.js`` to load when the comparison lists the
+    run's questions or a question is opened."""
     records = run.records()
     contexts = _contexts(run)
     frame = item_frame(run, use_cache=False)
@@ -167,6 +169,7 @@ def _run_data(run: Run, ri: int, w: _Writer) -> dict[str, Any]:
             "context": lines if not lines else w.part(f"{ri}/c{p}.js", lines),
         }
     parts = [w.part(f"{ri}/d{n}.js", by_dialogue) for n, by_dialogue in enumerate(details.values())]
+    answers_part = w.part(f"{ri}/answers.js", answers)  # the comparison's and an opened question's
     table = {}
     for m in metrics:
         if m not in frame:
@@ -185,11 +188,11 @@ def _run_data(run: Run, ri: int, w: _Writer) -> dict[str, Any]:
         "table": table,
         "views": _views(frame, metrics, split, groups),
         "parts": parts,
-        # per question, in the run's order: shared row, correct, retrieval hit, answer, part of its details
+        "answers": answers_part,
+        # per question, in the run's order: shared row, correct, retrieval hit, part of its details
         "q": rows,
         "correct": correct,
         "hit": hit,
-        "answer": answers,
         "part": part_of,
     }
 

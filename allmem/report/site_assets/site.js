@@ -1,6 +1,7 @@
-// Renders window.ALLMEM_DATA (index.js: what the main table, the explorer list and the comparison need) and loads a
-// run's details (parts/<run>/d<n>.js) and packed contexts (parts/<run>/c<p>.js) only when a question is opened, by
-// adding a <script> (file:// blocks fetch). Every text goes through textContent: nothing from a run is parsed as HTML.
+// Renders window.ALLMEM_DATA (index.js: what the main table, the explorer list and the comparison's counts need) and
+// loads a run's answers (parts/<run>/answers.js) when the comparison lists it or a question is opened, and its details
+// (parts/<run>/d<n>.js) and packed contexts (parts/<run>/c<p>.js) when a question is opened, by adding a <script>
+// (file:// blocks fetch). Every text goes through textContent: nothing from a run is parsed as HTML.
 "use strict";
 const D = window.ALLMEM_DATA;
 const Q = D.questions;  // shared rows: [id, dialogue, category, question, gold, evidence]
@@ -11,7 +12,7 @@ function options(sel, values, any) { sel.replaceChildren(); if (any) sel.appendC
 function fmt(x) { return x === null || x === undefined ? "–" : x.toFixed(1); }
 // A run's questions as objects, built from index.js's columns once per run.
 function questions(r) {
-  if (!r._qs) r._qs = r.q.map((i, p) => ({ pos: p, id: Q[i][0], dialogue: Q[i][1], group: Q[i][2], question: Q[i][3], gold: Q[i][4], evidence: Q[i][5], correct: r.correct[p] === null ? null : r.correct[p] === 1, hit: r.hit[p] === null ? null : r.hit[p] === 1, answer: r.answer[p] }));
+  if (!r._qs) r._qs = r.q.map((i, p) => ({ pos: p, id: Q[i][0], dialogue: Q[i][1], group: Q[i][2], question: Q[i][3], gold: Q[i][4], evidence: Q[i][5], correct: r.correct[p] === null ? null : r.correct[p] === 1, hit: r.hit[p] === null ? null : r.hit[p] === 1 }));
   return r._qs;
 }
 const cats = [...new Set(Q.map((q) => String(q[2])))].sort();
@@ -72,8 +73,10 @@ function drawExplorer() {
 }
 // One run's block of an opened question: its answer at once, then its details and context as their parts arrive.
 function runDetail(r, q) {
-  const d = el("details"); d.appendChild(el("summary", `${r.label}: ${q.answer} (${q.correct ? "correct" : "wrong"}, retrieval ${q.hit ? "hit" : "miss"})`));
-  const body = el("div", "loading…"); d.appendChild(body);
+  const d = el("details"), summary = el("summary", `${r.label}: loading… (${q.correct ? "correct" : "wrong"}, retrieval ${q.hit ? "hit" : "miss"})`);
+  const body = el("div", "loading…"); d.append(summary, body);
+  load(r.answers).then((answers) => { summary.textContent = `${r.label}: ${answers[q.pos]} (${q.correct ? "correct" : "wrong"}, retrieval ${q.hit ? "hit" : "miss"})`; })
+    .catch((e) => { summary.textContent = `${r.label}: ${e.message}`; });
   load(r.parts[r.part[q.pos]]).then((part) => {
     const x = part[String(q.pos)]; body.replaceChildren();
     const ranked = el("p", "ranked: "); for (const id of x.ranked) { ranked.appendChild(el("span", id + " ", q.evidence.includes(id) ? "ev" : "")); } body.appendChild(ranked);
@@ -98,7 +101,12 @@ function drawCompare() {
   const rows = questions(a).filter((q) => bq.has(q.id) && q.correct !== bq.get(q.id).correct && q.correct !== null && bq.get(q.id).correct !== null);
   const aw = rows.filter((q) => q.correct).length;
   $("ccount").textContent = `${a.label} right and ${b.label} wrong: ${aw}; ${b.label} right and ${a.label} wrong: ${rows.length - aw}`;
-  paged($("clist"), ["id", "question", "gold", a.label, b.label], rows, (q) => { const tr = row([q.id, q.question, q.gold, q.answer, bq.get(q.id).answer]); tr.className = "q " + (q.correct ? "ok" : "bad"); tr.addEventListener("click", () => { location.hash = "#explorer"; detail(q.id); }); return tr; });
+  const chosen = [$("ca").value, $("cb").value].join();
+  $("clist").textContent = "loading answers…";
+  Promise.all([load(a.answers), load(b.answers)]).then(([aa, ba]) => {
+    if ([$("ca").value, $("cb").value].join() !== chosen) return;  // another pair was picked meanwhile
+    paged($("clist"), ["id", "question", "gold", a.label, b.label], rows, (q) => { const tr = row([q.id, q.question, q.gold, aa[q.pos], ba[bq.get(q.id).pos]]); tr.className = "q " + (q.correct ? "ok" : "bad"); tr.addEventListener("click", () => { location.hash = "#explorer"; detail(q.id); }); return tr; });
+  }).catch((e) => { $("clist").textContent = e.message; });
 }
 function init() {
   options($("tcat"), cats, "all"); options($("ecat"), cats, "all");
