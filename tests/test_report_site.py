@@ -149,9 +149,20 @@ def test_site_replaces_only_its_own_parts_folder(tmp_path: Path) -> None:
     assert (out / PARTS / MARK).is_file() and (out / PARTS / "0" / "c3.js").is_file()
     write_site([_run(tmp_path, "b", 1)], out)  # no contexts now: the old ones are gone
     assert sorted(p.name for p in (out / PARTS / "0").iterdir()) == ["answers.js", "d0.js"]
+    # a build that fails on its second run leaves the site before it whole
+    site = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    bad = _run(tmp_path, "bad", 0)
+    (bad.path / files.PREDICTIONS).write_text("{not json\n")
+    with pytest.raises(ValueError, match="predictions.jsonl:1: not valid JSON"):
+        write_site([_run(tmp_path, "c", 0, contexts=True), bad], out)
+    assert {
+        p: p.read_bytes() for p in out.rglob("*") if p.is_file() and ".parts-building" not in str(p)
+    } == site
+    write_site([_run(tmp_path, "d", 0)], out)  # and the next build clears what it left
+    assert not (out / ".parts-building").exists()
     foreign = tmp_path / "other"
     (foreign / PARTS).mkdir(parents=True)
     (foreign / PARTS / "keep.txt").write_text("mine")
     with pytest.raises(FileExistsError, match="not written by allmem report site"):
-        write_site([_run(tmp_path, "c", 0)], foreign)
+        write_site([_run(tmp_path, "e", 0)], foreign)
     assert (foreign / PARTS / "keep.txt").read_text() == "mine"

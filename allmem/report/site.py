@@ -91,8 +91,8 @@ def _views(frame: Any, metrics: list[str], split: list[str], groups: list[str]) 
 class _Writer:
     """Collects the site's shared question rows and writes its on-demand parts (``parts/``)."""
 
-    def __init__(self, out: Path) -> None:
-        self.out = out
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder  # where parts/ is built (renamed to out/parts once every run is written)
         self.rows: list[list[Any]] = []
         self._row_of: dict[str, int] = {}
 
@@ -108,7 +108,7 @@ class _Writer:
     def part(self, name: str, value: Any) -> str:
         """Write ``parts/<name>`` as a script that hands ``value`` to ``site.js`` under its own path."""
         rel = f"{PARTS}/{name}"
-        path = self.out / rel
+        path = self.folder / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"allmemPart({json.dumps(rel)},{_js(value)});\n", encoding="utf-8")
         return rel
@@ -204,22 +204,28 @@ def build_site(root: Path, out: Path, figures: Path | None = None) -> Path:
 
 def write_site(runs: list[Run], out: Path, figures: Path | None = None) -> Path:
     """Write the site for ``runs`` into ``out``; returns ``out/index.html``. ``out/parts`` is replaced when it
-    was written by this function (it holds ``.allmem-site``); any other ``parts`` folder is an error."""
-    parts = out / PARTS
-    if parts.exists():
-        if not (parts / MARK).is_file():
+    was written by this function (it holds ``.allmem-site``); any other ``parts`` folder is an error. The new
+    parts are built beside it and swapped in once every run is read, so a failed build leaves the old site
+    whole."""
+    parts, building = out / PARTS, out / f".{PARTS}-building"
+    for folder in (parts, building):
+        if folder.exists() and not (folder / MARK).is_file():
             raise FileExistsError(
-                f"{parts}: exists and was not written by allmem report site; pick another --out"
+                f"{folder}: exists and was not written by allmem report site; pick another --out"
             )
-        shutil.rmtree(parts)
-    parts.mkdir(parents=True)
-    (parts / MARK).write_text("written by allmem report site; replaced on every build\n", encoding="utf-8")
-    w = _Writer(out)
+    if building.exists():  # left by a build that failed
+        shutil.rmtree(building)
+    building.mkdir(parents=True)
+    (building / MARK).write_text("written by allmem report site; replaced on every build\n", encoding="utf-8")
+    w = _Writer(building)
     data: dict[str, Any] = {"runs": []}
     for ri, run in enumerate(runs):
         print(f"[allmem] site: run {ri + 1}/{len(runs)} {run.label}", flush=True)
         data["runs"].append(_run_data(run, ri, w))
     data["questions"] = w.rows
+    if parts.exists():
+        shutil.rmtree(parts)
+    building.rename(parts)
     for asset in ASSETS.iterdir():
         shutil.copyfile(asset, out / asset.name)
     figs = []
