@@ -1,6 +1,8 @@
 """``allmem report site`` (allmem/report/site.py): the static site loads in headless Chromium without console
 errors, shows dataset text holding ``<script>`` as text, and its explorer and comparison counts are the ones
-counted by hand from the runs below. Without a browser the test skips, unless ALLMEM_REQUIRE_BROWSER=1 (CI)."""
+counted by hand from the runs below; the first page loads no run's details or contexts (``parts/``) until a
+question is opened, long lists are drawn a page at a time, and the main table's cells are the subsets' means.
+Without a browser the browser tests skip, unless ALLMEM_REQUIRE_BROWSER=1 (CI)."""
 
 from __future__ import annotations
 
