@@ -168,3 +168,16 @@ def test_site_replaces_only_its_own_parts_folder(tmp_path: Path) -> None:
     with pytest.raises(FileExistsError, match="not written by allmem report site"):
         write_site([_run(tmp_path, "e", 0)], foreign)
     assert (foreign / PARTS / "keep.txt").read_text() == "mine"
+
+
+def test_a_longmemeval_hit_credits_ranked_turns_to_their_gold_session():
+    """LongMemEval records rank turn ids (``<session>:<turn>``) while their gold names sessions: the explorer's
+    hit / miss counts a ranked turn as its session, as the scorer does. By hand: the ranked sessions are s1, s2, s3
+    (s1's two turns count once), so gold s2 is a hit at k=2 and gold s3 a miss (the old turn-id check missed both)."""
+    from allmem.report.site import _hit
+
+    ranked = ["s1:0", "s1:4", "s2:1", "s3:0"]
+    assert _hit({"evidence": ["s2"], "ranked_source_ids": ranked}, 2) is True
+    assert _hit({"evidence": ["s3"], "ranked_source_ids": ranked}, 2) is False
+    assert _hit({"evidence": ["D1:3"], "category": 1, "ranked_source_ids": ["D1:2", "D1:3"]}, 1) is False
+    assert _hit({"evidence": [], "ranked_source_ids": ranked}, 2) is None

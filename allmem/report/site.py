@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from allmem.metrics.protocols import credited
 from allmem.paths import results_dir
 from allmem.report.items import item_frame
 from allmem.report.runs import Run, find_runs
@@ -39,10 +40,12 @@ def _num(x: Any) -> float | None:
 
 
 def _hit(rec: dict[str, Any], k: int) -> bool | None:
+    """Whether a gold id is among the top k ranked ids at the gold's granularity (``protocols.credited``: a
+    LongMemEval record ranks turns and its gold names sessions); None: no gold or no ranking recorded."""
     gold = set(rec.get("evidence") or [])
     if not gold or rec.get("ranked_source_ids") is None:
         return None
-    return bool(gold & set(rec["ranked_source_ids"][:k]))
+    return bool(gold & set(credited(rec)[:k]))
 
 
 def _contexts(run: Run) -> dict[tuple[Any, Any, str], dict[str, Any]]:
