@@ -15,8 +15,14 @@ from allmem.types import format_date
 from baselines.memgpt import MemGPT
 from benchmarks.lme_synth import write_longmemeval
 from benchmarks.longmemeval import load_longmemeval
-from tests.baselines_support import add_session, scripted
-from tests.test_baselines_memgpt import TURNS
+from tests.baselines_support import add_session, scripted, turn
+
+TURNS = [
+    turn(
+        f"D1:{i + 1}", "Ana" if i % 2 == 0 else "Ben", f"Message number {i + 1} is about topic {i + 1}.", i, i
+    )
+    for i in range(12)
+]
 
 
 def _run(window: int) -> MemGPT:
