@@ -133,7 +133,8 @@ class MemGPT(MemorySystem):
         self.core = {b: Block() for b in BLOCKS}
         self.speakers: list[str] = []
         self.alerted = False
-        self.offered: set[str] = set()  # turns shown at a pressure alert: counted at eviction, decides nothing
+        # turns shown at a pressure alert: counted at eviction (evicted_never_offered), decides nothing
+        self.offered: set[str] = set()
         self.tally = Tally()
 
     # ------------------------------------------------------------ main context
