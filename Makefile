@@ -29,13 +29,18 @@ TARGET_ARGS = --runs $(RUNS) $(if $(LME),--lme $(LME)) $(if $(SET),--set "$(SET)
 EXPERIMENTS = $(VENV)/bin/allmem paper run --jobs $(JOBS) $(TARGET_ARGS)
 SUMMARISE = $(VENV)/bin/allmem report --out $(OUT) $(TARGET_ARGS)
 PAPER_TARGETS := table1 table2 retrieval retention equal_context table3 table4 ablations ablations_hybrid table5 table8 fig3 fig4 fig5 fig6 \
-	fig7 tables figures paper
+	fig7 memgpt_window tables figures paper
+# `make memgpt_window`: MemGPT's window sweep on a generated LongMemEval-s-shaped file, written first to the path
+# configs/experiment/memgpt_window.yaml reads: MGW_QUESTIONS haystacks (LongMemEval-s: 500) of MGW_SESSIONS sessions.
+MGW_QUESTIONS ?= 10
+MGW_SESSIONS ?= 50
+MGW_FILE := data/synthetic/lme_memgpt_window.json
 # `make sweep`: any multirun of your own, summarised on its own, under SWEEPS (runs) and OUT/sweeps (tables).
 NAME ?= sweep
 ARGS ?=
 SWEEPS ?= results/runs/sweeps
 
-.PHONY: help setup test test-fast reproduce lint format clean bench bench-scale sweep site chromium $(PAPER_TARGETS)
+.PHONY: help setup test test-fast reproduce lint format clean bench bench-scale sweep site chromium mgw-data $(PAPER_TARGETS)
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-12s %s\n", $$1, $$2}'
@@ -78,6 +83,9 @@ fig4: ## Fig. 4: sensitivity to theta and d_sigma (F1, R@5, visible surface, sea
 fig5: ## Fig. 5: visible surface vs N at every checkpoint; Mem-Lat by stage; Stage 1 full bank vs visible vs N
 fig6: ## Fig. 6: recoverability: share of archived units within H hops
 fig7: ## Fig. 7: an Update case study (old and new unit, version link, top-k without and with ATC)
+memgpt_window: mgw-data ## MemGPT's window 8k/32k/128k on LongMemEval-length haystacks (MGW_QUESTIONS=10 of 500)
+mgw-data: $(STAMP)
+	$(PY) scripts/make_longmemeval.py $(MGW_FILE) --questions $(MGW_QUESTIONS) --sessions $(MGW_SESSIONS)
 tables: ## Tables 1-5 and 8
 figures: ## Figures 3-7
 paper: ## Every table and figure (LME=path/to/longmemeval_s_cleaned.json adds LongMemEval-s; JOBS=2 jobs)

@@ -31,7 +31,7 @@ def run_experiments(
     """Launch one Hydra multirun per experiment and dataset whose points are not all complete. A complete run
     made by other code than this checkout's (``allmem.fingerprint``) is never silently reused: refused in one
     line unless ``allow_mixed_code`` (docs/DESIGN.md)."""
-    if not lme:
+    if not lme and any(e not in targets.ONLY_ON for e in targets.experiments_of(names)):
         print(f"[allmem] {targets.LME_SKIPPED}")
     env = dict(os.environ)
     if jobs > 1 and not env.get("OMP_NUM_THREADS"):  # one torch thread per parallel job, unless set

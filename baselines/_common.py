@@ -69,7 +69,13 @@ def llm_of(resources: Resources, temperature: float | None = None) -> Any:
     if resources.llm is None:
         from allmem.llm import build_llm
 
-        resources.llm = build_llm({"backend": "offline", "cache": {"enabled": False}})
+        resources.llm = build_llm(
+            {
+                "_target_": "allmem.llm.offline.OfflineBackend",
+                "backend": "offline",
+                "cache": {"enabled": False},
+            }
+        )
     return resources.llm if temperature is None else AtTemperature(resources.llm, float(temperature))
 
 

@@ -24,6 +24,10 @@ Provenance: archival rows carry the turn ids the agent cited (``sources``; unkno
 recall and queue messages are turns; core memory blocks credit the turns cited when their lines were written;
 the summary credits none (it goes last either way).
 
+Stats (``system_stats.jsonl``): ``evicted_messages`` (turns summarised away), ``evictions``, ``pressure_alerts``,
+``archival_rows``, and ``evicted_never_offered``, the evicted turns that were never in the queue at an alert, so the
+agent never saw them before they left the main context (``make memgpt_window`` reports them per window).
+
 LoCoMo protocol: none upstream (letta#3115); Letta disputes the MemGPT numbers others published and reached its
 own LoCoMo score with file tools. Here the two speakers' turns are the agent's user messages, each shown as
 ``[date] Speaker: text [image: caption]``.
@@ -131,6 +135,8 @@ class MemGPT(MemorySystem):
         self.core = {b: Block() for b in BLOCKS}
         self.speakers: list[str] = []
         self.alerted = False
+        # turns shown at a pressure alert: counted at eviction (evicted_never_offered), decides nothing
+        self.offered: set[str] = set()
         self.tally = Tally()
 
     # ------------------------------------------------------------ main context
@@ -182,6 +188,7 @@ class MemGPT(MemorySystem):
             "archived": sorted({s for row in self.archival.values() for s in row.sources}),
             "speakers": list(self.speakers),
         }
+        self.offered.update(r["id"] for r in variables["queue"])
         reply = ask(self.llm, "memgpt_pressure", variables, self.responder, self.tally)
         if reply is not None:
             self.run_write_calls(reply["calls"])
@@ -266,6 +273,10 @@ class MemGPT(MemorySystem):
         self.queue = [QueueItem(line, count_tokens(line)), *self.queue[cutoff:]]
         self.tally["evictions"] += 1
         self.tally["evicted_messages"] += sum(1 for m in old if m.turn is not None)
+        # evicted without ever being in the queue at a pressure alert: the agent never had a chance to save them
+        self.tally["evicted_never_offered"] += sum(
+            1 for m in old if m.turn is not None and source_id(m.turn) not in self.offered
+        )
         self.alerted = False
         return True
 

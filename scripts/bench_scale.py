@@ -52,12 +52,20 @@ def table1_methods() -> list[str]:
     return [m.strip() for m in str(node["hydra"]["sweeper"]["params"]["method"]).split(",")]
 
 
-def run_keys() -> set[str]:
-    """The keys of the composed config's ``run`` node (to tell whether workers / shards exist in this code)."""
+def compose_config(overrides: list[str] | None = None) -> Any:
+    """This checkout's composed config. ``allmem.paths`` registers the ``${allmem.*:}`` resolvers the configs use
+    (``hydra.searchpath`` among them: composing fails without them)."""
     from hydra import compose, initialize_config_dir
 
+    import allmem.paths  # noqa: F401 - registers the resolvers on import
+
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base=None):
-        return set(compose("config").run.keys())
+        return compose("config", overrides=overrides or [])
+
+
+def run_keys() -> set[str]:
+    """The keys of the composed config's ``run`` node (to tell whether workers / shards exist in this code)."""
+    return set(compose_config().run.keys())
 
 
 def load_average() -> str:
@@ -104,10 +112,7 @@ def seed_export(embedder: str, work: Path) -> Path | None:
     """An ONNX backend's export, made once here (``allmem.embed_onnx``: once per cache folder in real use) and
     copied into each cold cache, so the runs time embedding and not a one-off export. None for torch."""
 
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base=None):
-        node = compose("config", overrides=[f"embedder={embedder}"]).embedder
+    node = compose_config([f"embedder={embedder}"]).embedder
     if node.get("backend", "torch") == "torch":
         return None
     seed = work / "onnx_seed" / embedder
@@ -121,11 +126,9 @@ def seed_export(embedder: str, work: Path) -> Path | None:
 
 
 def export_only(embedder: str, seed: Path) -> None:
-    from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
 
-    with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base=None):
-        node = compose("config", overrides=[f"embedder={embedder}"]).embedder
+    node = compose_config([f"embedder={embedder}"]).embedder
     emb = instantiate(node, cache_dir=seed / "embeddings")
     emb.encode(["export the model once"])
     emb.close()

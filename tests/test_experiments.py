@@ -38,7 +38,8 @@ def test_every_target_experiment_exists_and_is_ordered():
 def test_point_instantiates_and_answers_on_a_tiny_dialogue(
     experiment, point, fixtures_dir, tmp_path, embedder
 ):
-    cfg = _compose([f"+experiment={experiment}", f"dataset.path={fixtures_dir / 'locomo_tiny.json'}",
+    dataset = _compose([f"+experiment={experiment}"]).dataset.name  # LoCoMo unless the file names its own
+    cfg = _compose([f"+experiment={experiment}", f"dataset.path={fixtures_dir / f'{dataset}_tiny.json'}",
                     f"paths.cache_dir={tmp_path}", *point])  # fmt: skip
     for override in point:  # the sweep value reached the config
         key, value = override.split("=", 1)

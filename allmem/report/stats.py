@@ -28,11 +28,12 @@ SEED = 0
 _CHUNK = 2000  # resamples drawn at once (bounds memory to chunk x n)
 
 
-def describe() -> str:
-    """The sentence every table footer carries, so the numbers behind the intervals are never implicit."""
+def describe(reference: str = "All-Mem") -> str:
+    """The sentence every table footer carries, so the numbers behind the intervals are never implicit;
+    ``reference``: the row the paired tests compare against."""
     return (
         f"{int(CONFIDENCE * 100)}% percentile bootstrap intervals over questions ({BOOTSTRAP_RESAMPLES} "
-        f"resamples, seed {SEED}); p: two-sided paired sign-flip permutation test against All-Mem on the "
+        f"resamples, seed {SEED}); p: two-sided paired sign-flip permutation test against {reference} on the "
         f"same questions ({PERMUTATION_RESAMPLES} resamples, or exact), not adjusted for multiple comparisons"
     )
 

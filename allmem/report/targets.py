@@ -54,6 +54,11 @@ def _compares(experiment: str) -> bool:
     return experiment == COMPARED or experiment in SAME_METHODS
 
 
+# MemGPT's context-window sweep (issue 22, item 5): LongMemEval-length haystacks, where a window of 32k or more
+# still evicts (a LoCoMo conversation, 11-21k tokens, hardly ever is).
+MEMGPT_WINDOW = "memgpt_window"
+
+
 def user_methods() -> tuple[str, ...]:
     """The method configs (``method/<name>.yaml``) of ``ALLMEM_CONFIG_PATH``'s folders, by name; a name that is
     also a repository method is refused (Hydra would quietly take the repository's)."""
@@ -110,6 +115,7 @@ TARGETS: dict[str, Target] = {
         Target("table5", (), "Table 5: dataset statistics"),
         Target("table8", (AUDIT,), "Table 8: validity and harm of accepted ATC edits"),
         Target("fig7", (AUDIT,), "Fig. 7: an Update case study"),
+        Target(MEMGPT_WINDOW, (MEMGPT_WINDOW,), "MemGPT's context window on LongMemEval-length haystacks"),
     )
 }
 ALIASES = {"ablations": ("table4",)}
@@ -134,7 +140,7 @@ GROUPS = {
 }
 # Experiments run in this order: table1 first, so the sweeps find its ingested banks; cheap ones before fig3.
 ORDER = ("table1", AUDIT, *STAGE1_VARIANTS, "ablations", "ablations_hybrid", "fig4_theta", "fig4_dsigma", "fig3",
-         "fig3_anchors", "fig5", "retention", "equal_context")  # fmt: skip
+         "fig3_anchors", "fig5", "retention", "equal_context", MEMGPT_WINDOW)  # fmt: skip
 
 
 def expand(names: Sequence[str]) -> list[str]:
@@ -160,11 +166,16 @@ def experiments_of(targets: Sequence[str]) -> list[str]:
 # and supersessions are planted: the ATC audit (Table 8's ground truth, Fig. 7's fallback) and the retention view
 # (each question asks a speaker's latest state, after the session that states it and at the stream's end).
 ALSO_ON: dict[str, tuple[str, ...]] = {AUDIT: ("synthetic_drift",), "retention": ("synthetic_drift",)}
+# Experiments that run only on the data their experiment file names (dataset and path), under this label: the
+# MemGPT window sweep on the generated LongMemEval-s-shaped file that `make memgpt_window` writes first.
+ONLY_ON: dict[str, str] = {MEMGPT_WINDOW: "lme_synth"}
 
 
 def dataset_overrides(lme: str | None, experiment: str | None = None) -> dict[str, list[str]]:
     """The datasets a target's experiment runs on: LoCoMo always, LongMemEval-s when its file is given, and the
-    experiment's own (``ALSO_ON``)."""
+    experiment's own (``ALSO_ON``); only the experiment file's own data for those in ``ONLY_ON``."""
+    if experiment in ONLY_ON:
+        return {ONLY_ON[experiment]: []}
     out = {LOCOMO: [f"dataset={LOCOMO}"]}
     if lme:
         out[LME] = [f"dataset={LME}", f"dataset.path={Path(lme).expanduser().resolve()}"]

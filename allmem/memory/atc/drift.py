@@ -284,13 +284,25 @@ def _standalone_groups(sents: list[str], cal: Calibration) -> list[list[int]]:
     return groups
 
 
+@lru_cache(maxsize=8192)
+def _segment_plan(text: str, cal: Calibration) -> tuple[tuple[str, ...], tuple[tuple[int, ...], ...]]:
+    """``text``'s sentences and their standalone groups, or two empty tuples when there is nothing to segment (one
+    sentence, more than ``SEGMENT_MAX_SENTENCES``, or one group). Cached: a pure function of its arguments, asked
+    for each focal unit by the consolidator's prefetch, by ``diagnose`` and by ``segment`` (the grouping re-reads
+    the content words of every growing group, most of the offline diagnosis's own CPU)."""
+    sents = tx.sentences(text)
+    if not 2 <= len(sents) <= SEGMENT_MAX_SENTENCES:
+        return (), ()
+    groups = _standalone_groups(sents, cal)
+    if len(groups) < 2:
+        return (), ()
+    return tuple(sents), tuple(tuple(g) for g in groups)
+
+
 def segment_sentences(text: str, cal: Calibration) -> list[str]:
     """The sentences ``segment`` embeds for ``text``: none when it has one sentence or more than
     ``SEGMENT_MAX_SENTENCES``, or when its sentences form one group before any similarity is measured."""
-    sents = tx.sentences(text)
-    if not 2 <= len(sents) <= SEGMENT_MAX_SENTENCES or len(_standalone_groups(sents, cal)) < 2:
-        return []
-    return sents
+    return list(_segment_plan(text, cal)[0])
 
 
 def split_sentences_to_embed(focal: UnitView, ops: Sequence[str], cal: Calibration) -> list[str]:
@@ -305,10 +317,10 @@ def segment(text: str, embed: Embed, cal: Calibration) -> tuple[list[str], float
     centroids are at least ``split_join`` similar are joined, most similar pair first, until no pair qualifies.
     Sentences are embedded only when there are two groups to compare (``segment_sentences``).
     """
-    sents = segment_sentences(text, cal)
-    if not sents:
+    plan_sents, plan_groups = _segment_plan(text, cal)
+    if not plan_sents:
         return [text.strip()], 1.0
-    groups = _standalone_groups(sents, cal)
+    sents, groups = list(plan_sents), [list(g) for g in plan_groups]
     vecs = np.asarray(embed(sents), dtype=np.float64)
 
     def centroid(g: list[int]) -> np.ndarray:
