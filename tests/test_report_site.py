@@ -1,6 +1,6 @@
 """``allmem report site`` (allmem/report/site.py): the static site loads in headless Chromium without console
 errors, shows dataset text holding ``<script>`` as text, and its explorer and comparison counts are the ones
-counted by hand from the runs below; the first page loads no run's details or contexts (``parts/``) until a
+counted by hand from the runs below; the first page loads no run's details or contexts (``chunks/``) until a
 question is opened, long lists are drawn a page at a time, and the main table's cells are the subsets' means.
 Without a browser the browser tests skip, unless ALLMEM_REQUIRE_BROWSER=1 (CI)."""
 
@@ -158,10 +158,10 @@ def test_site_replaces_only_its_own_parts_folder(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="predictions.jsonl:1: not valid JSON"):
         write_site([_run(tmp_path, "c", 0, contexts=True), bad], out)
     assert {
-        p: p.read_bytes() for p in out.rglob("*") if p.is_file() and ".parts-building" not in str(p)
+        p: p.read_bytes() for p in out.rglob("*") if p.is_file() and f".{PARTS}-building" not in str(p)
     } == site
     write_site([_run(tmp_path, "d", 0)], out)  # and the next build clears what it left
-    assert not (out / ".parts-building").exists()
+    assert not (out / f".{PARTS}-building").exists()
     foreign = tmp_path / "other"
     (foreign / PARTS).mkdir(parents=True)
     (foreign / PARTS / "keep.txt").write_text("mine")

@@ -3,7 +3,7 @@
 It reads complete run directories only (``allmem.report.runs`` over ``allmem.run.files``' safe loaders) and writes
 ``index.html``, the assets in ``allmem/report/site_assets``, ``index.js`` (what the first page needs: the main
 table's cells, and per question of each run its shared row and verdicts, as one JSON value loaded as a <script>)
-and ``parts/`` (per run, its answers, the details of each dialogue's questions and each question's packed
+and ``chunks/`` (per run, its answers, the details of each dialogue's questions and each question's packed
 context, which ``site.js`` loads by adding a <script> when the comparison lists two runs or a question is opened:
 file:// blocks fetch). So the first page
 stays small however many runs and contexts there are. Every dataset and model text is put on the page with
@@ -30,7 +30,9 @@ from allmem.run import files
 
 ASSETS = Path(__file__).with_name("site_assets")
 INDEX = "index.js"  # what the first page loads: the main table, the explorer list, the comparison
-PARTS = "parts"  # per run: details per dialogue, packed contexts per question, loaded on demand
+# Per run: details per dialogue and packed contexts per question, loaded on demand. Not "parts": that is a run
+# directory's worker folder (allmem.run.files), and a run file's name has one home.
+PARTS = "chunks"
 MARK = ".allmem-site"
 CORRECT_F1 = 0.5  # offline proxy for "correct" when no judge verdict exists: token F1 at least this
 
@@ -92,10 +94,10 @@ def _views(frame: Any, metrics: list[str], split: list[str], groups: list[str]) 
 
 
 class _Writer:
-    """Collects the site's shared question rows and writes its on-demand parts (``parts/``)."""
+    """Collects the site's shared question rows and writes its on-demand parts (``chunks/``)."""
 
     def __init__(self, folder: Path) -> None:
-        self.folder = folder  # where parts/ is built (renamed to out/parts once every run is written)
+        self.folder = folder  # where chunks/ is built (renamed to out/chunks once every run is written)
         self.rows: list[list[Any]] = []
         self._row_of: dict[str, int] = {}
 
@@ -109,7 +111,7 @@ class _Writer:
         return self._row_of[key]
 
     def part(self, name: str, value: Any) -> str:
-        """Write ``parts/<name>`` as a script that hands ``value`` to ``site.js`` under its own path."""
+        """Write ``chunks/<name>`` as a script that hands ``value`` to ``site.js`` under its own path."""
         rel = f"{PARTS}/{name}"
         path = self.folder / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -130,8 +132,8 @@ def _js(value: Any) -> str:
 
 def _run_data(run: Run, ri: int, w: _Writer) -> dict[str, Any]:
     """The run's entry of ``index.js`` (what the main table, the explorer list and the comparison's counts need),
-    writing its answers (``parts/<ri>/answers.js``), its details per dialogue (``parts/<ri>/d<n>.js``) and its
-    packed contexts per question (``parts/<ri>/c<p>.js``) for ``site.js`` to load when the comparison lists the
+    writing its answers (``chunks/<ri>/answers.js``), its details per dialogue (``chunks/<ri>/d<n>.js``) and its
+    packed contexts per question (``chunks/<ri>/c<p>.js``) for ``site.js`` to load when the comparison lists the
     run's questions or a question is opened."""
     records = run.records()
     contexts = _contexts(run)
@@ -190,7 +192,7 @@ def _run_data(run: Run, ri: int, w: _Writer) -> dict[str, Any]:
         "metrics": metrics,
         "table": table,
         "views": _views(frame, metrics, split, groups),
-        "parts": parts,
+        "chunks": parts,
         "answers": answers_part,
         # per question, in the run's order: shared row, correct, retrieval hit, part of its details
         "q": rows,
@@ -206,8 +208,8 @@ def build_site(root: Path, out: Path, figures: Path | None = None) -> Path:
 
 
 def write_site(runs: list[Run], out: Path, figures: Path | None = None) -> Path:
-    """Write the site for ``runs`` into ``out``; returns ``out/index.html``. ``out/parts`` is replaced when it
-    was written by this function (it holds ``.allmem-site``); any other ``parts`` folder is an error. The new
+    """Write the site for ``runs`` into ``out``; returns ``out/index.html``. ``out/chunks`` is replaced when it
+    was written by this function (it holds ``.allmem-site``); any other ``chunks`` folder is an error. The new
     parts are built beside it and swapped in once every run is read, so a failed build leaves the old site
     whole."""
     parts, building = out / PARTS, out / f".{PARTS}-building"

@@ -1,6 +1,6 @@
 // Renders window.ALLMEM_DATA (index.js: what the main table, the explorer list and the comparison's counts need) and
-// loads a run's answers (parts/<run>/answers.js) when the comparison lists it or a question is opened, and its details
-// (parts/<run>/d<n>.js) and packed contexts (parts/<run>/c<p>.js) when a question is opened, by adding a <script>
+// loads a run's answers (chunks/<run>/answers.js) when the comparison lists it or a question is opened, and its details
+// (chunks/<run>/d<n>.js) and packed contexts (chunks/<run>/c<p>.js) when a question is opened, by adding a <script>
 // (file:// blocks fetch). Every text goes through textContent: nothing from a run is parsed as HTML.
 "use strict";
 const D = window.ALLMEM_DATA;
@@ -77,7 +77,7 @@ function runDetail(r, q) {
   const body = el("div", "loading…"); d.append(summary, body);
   load(r.answers).then((answers) => { summary.textContent = `${r.label}: ${answers[q.pos]} (${q.correct ? "correct" : "wrong"}, retrieval ${q.hit ? "hit" : "miss"})`; })
     .catch((e) => { summary.textContent = `${r.label}: ${e.message}`; });
-  load(r.parts[r.part[q.pos]]).then((part) => {
+  load(r.chunks[r.part[q.pos]]).then((part) => {
     const x = part[String(q.pos)]; body.replaceChildren();
     const ranked = el("p", "ranked: "); for (const id of x.ranked) { ranked.appendChild(el("span", id + " ", q.evidence.includes(id) ? "ev" : "")); } body.appendChild(ranked);
     body.appendChild(el("p", "latency ms: " + Object.entries(x.latency_ms).map(([k, v]) => `${k} ${(+v).toFixed(1)}`).join(", ")));
