@@ -96,14 +96,21 @@ def _target(node: Mapping[str, Any]) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
+def _node(group: str, value: Any) -> dict[str, Any] | None:
+    """The config of ``value``: the file ``configs/<group>/<value>.yaml`` for a name, the mapping itself, or None for
+    an object that is already built."""
+    if isinstance(value, str):
+        return plain(OmegaConf.load(CONFIG_DIR / group / f"{value}.yaml"))
+    if isinstance(value, Mapping):
+        return plain(value)
+    return None
+
+
 def build_embedder(embedder: str | Mapping[str, Any] | Any) -> tuple[Any, dict[str, Any] | None]:
     """An embedder from a name of ``configs/embedder/`` (``"hash"``, ``"minilm"``), a config mapping, or an
     embedder object (returned as it is, with no config to save)."""
-    if isinstance(embedder, str):
-        node = plain(OmegaConf.load(CONFIG_DIR / "embedder" / f"{embedder}.yaml"))
-    elif isinstance(embedder, Mapping):
-        node = plain(embedder)
-    else:
+    node = _node("embedder", embedder)
+    if node is None:
         return embedder, None
     args = {k: v for k, v in node.items() if k != "_target_" and v is not None}
     return _target(node)(**args), node
@@ -113,11 +120,8 @@ def build_llm_named(llm: str | Mapping[str, Any] | Any) -> tuple[Any, dict[str, 
     """An LLM client from a name of ``configs/llm/`` (``"offline"``, ``"openai"``), a config mapping, or a client."""
     from allmem.llm import build_llm
 
-    if isinstance(llm, str):
-        node = plain(OmegaConf.load(CONFIG_DIR / "llm" / f"{llm}.yaml"))
-    elif isinstance(llm, Mapping):
-        node = plain(llm)
-    else:
+    node = _node("llm", llm)
+    if node is None:
         return llm, None
     return build_llm(node), node
 

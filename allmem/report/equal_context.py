@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from allmem.report import stats
+from allmem.report.compare import fmt_ci
 from allmem.report.figures import pyplot
 from allmem.report.items import KEYS, item_frame
 from allmem.report.retention import metrics_of
@@ -67,9 +68,7 @@ def _label_order(table: pd.DataFrame):
 
 
 def _cell(row: pd.Series) -> str:
-    if row["mean"] is None or (isinstance(row["mean"], float) and math.isnan(row["mean"])):
-        return "n/a"
-    return f"{row['mean']:.2f} [{row['low']:.2f}, {row['high']:.2f}]"
+    return fmt_ci(row["mean"], row["low"], row["high"])
 
 
 def markdown_for(table: pd.DataFrame) -> str:

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from types import ModuleType
 
 import pandas as pd
 
@@ -128,38 +129,35 @@ def render_retrieval(found: Found, tables: Path, figures: Path) -> list[Path]:
     return _render_by_dataset(found, tables, "retrieval", lambda ds: _runs(found, "table1", ds), build, notes)
 
 
-def render_retention(found: Found, tables: Path, figures: Path) -> list[Path]:
-    """The retention view (allmem/report/retention.py): table and, per dataset, a figure by session distance."""
+def _render_view(
+    found: Found, tables: Path, figures: Path, name: str, view: ModuleType, every_ask: bool = False
+) -> list[Path]:
+    """A view module's table (``view.compute``, ``view.markdown_for``, ``view.DEFINITIONS``) over the runs of the
+    experiment ``name``, and per dataset its figure (``view.figure``) as ``<name><suffix>``."""
     drawn: list[Path] = []
 
     def build(runs: list[Run], ds: str) -> tuple[pd.DataFrame, str]:
-        t = retention_view.compute(runs)
+        t = view.compute(runs)
         if not t.empty:
-            drawn.extend(retention_view.figure(t, runs, figures / f"retention{_suffix(ds)}", ds))
-        return t, retention_view.markdown_for(t)
+            drawn.extend(view.figure(t, runs, figures / f"{name}{_suffix(ds)}", ds))
+        return t, view.markdown_for(t)
 
-    notes = [_lme_note(found), *_missing(found, ["retention"]), *retention_view.DEFINITIONS]
+    notes = [_lme_note(found), *_missing(found, [name]), *view.DEFINITIONS]
     written = _render_by_dataset(
-        found, tables, "retention", lambda ds: _runs(found, "retention", ds), build, notes, every_ask=True
+        found, tables, name, lambda ds: _runs(found, name, ds), build, notes, every_ask
     )
     return written + drawn
+
+
+def render_retention(found: Found, tables: Path, figures: Path) -> list[Path]:
+    """The retention view (allmem/report/retention.py): table and, per dataset, a figure by session distance; it
+    reads both ask points of a run."""
+    return _render_view(found, tables, figures, "retention", retention_view, every_ask=True)
 
 
 def render_equal_context(found: Found, tables: Path, figures: Path) -> list[Path]:
     """The equal-context view (allmem/report/equal_context.py): table and, per dataset, a figure by packed tokens."""
-    drawn: list[Path] = []
-
-    def build(runs: list[Run], ds: str) -> tuple[pd.DataFrame, str]:
-        t = equal_context_view.compute(runs)
-        if not t.empty:
-            drawn.extend(equal_context_view.figure(t, runs, figures / f"equal_context{_suffix(ds)}", ds))
-        return t, equal_context_view.markdown_for(t)
-
-    notes = [_lme_note(found), *_missing(found, ["equal_context"]), *equal_context_view.DEFINITIONS]
-    written = _render_by_dataset(
-        found, tables, "equal_context", lambda ds: _runs(found, "equal_context", ds), build, notes
-    )
-    return written + drawn
+    return _render_view(found, tables, figures, "equal_context", equal_context_view)
 
 
 def render_table2(found: Found, tables: Path, figures: Path) -> list[Path]:

@@ -12,7 +12,6 @@ Columns: docs/PROTOCOL.md, "Retention view".
 from __future__ import annotations
 
 import bisect
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from allmem.report import stats
+from allmem.report.compare import fmt_ci
 from allmem.report.figures import pyplot
 from allmem.report.items import KEYS, item_frame
 from allmem.report.runs import Run
@@ -101,9 +101,7 @@ def compute(runs: Sequence[Run], names: Sequence[str] | None = None) -> pd.DataF
 
 
 def _cell(row: pd.Series) -> str:
-    if row["mean"] is None or (isinstance(row["mean"], float) and math.isnan(row["mean"])):
-        return "n/a"
-    return f"{row['mean']:.2f} [{row['low']:.2f}, {row['high']:.2f}]"
+    return fmt_ci(row["mean"], row["low"], row["high"])
 
 
 def markdown_for(table: pd.DataFrame) -> str:
