@@ -105,8 +105,7 @@ class MemorySystem(ABC):
         (``factor`` 1 restores it). The harness raises it until the packed context fills the budget or the
         memory has nothing more (``budget.fill``, ``allmem.budget.fill``; each system's rule: docs/BASELINES.md,
         "Equal context"). The default scales every attribute named in ``depth_attrs``."""
-        if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
-            raise ValueError(f"depth factor must be a positive integer, got {factor!r}")
+        check_depth_factor(factor)
         if not self.depth_attrs:
             raise NotImplementedError(f"{type(self).__name__} has no retrieval depth to raise (depth_attrs)")
         base = self.__dict__.setdefault("_depth_base", {a: getattr(self, a) for a in self.depth_attrs})
@@ -117,3 +116,9 @@ class MemorySystem(ABC):
     def can_deepen(self) -> bool:
         """Whether ``set_depth`` is available (``depth_attrs`` named, or ``set_depth`` overridden)."""
         return bool(self.depth_attrs) or type(self).set_depth is not MemorySystem.set_depth
+
+
+def check_depth_factor(factor: int) -> None:
+    """``set_depth``'s argument: a positive int (1 = the configured depth)."""
+    if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
+        raise ValueError(f"depth factor must be a positive integer, got {factor!r}")

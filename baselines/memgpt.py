@@ -57,7 +57,7 @@ from typing import Any
 
 from allmem.llm.prompts import build_request
 from allmem.llm.roles import failure_of
-from allmem.systems import MemorySystem, Resources
+from allmem.systems import MemorySystem, Resources, check_depth_factor
 from allmem.tokens import count_tokens
 from allmem.types import RetrievalResult, Retrieved, SessionInfo, Turn, format_date
 
@@ -359,8 +359,7 @@ class MemGPT(MemorySystem):
 
     def set_depth(self, factor: int) -> None:
         """Equal context: ``factor - 1`` more archival pages, as if the agent kept paging (``next_pages``)."""
-        if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
-            raise ValueError(f"depth factor must be a positive integer, got {factor!r}")
+        check_depth_factor(factor)
         self.extra_pages = factor - 1
 
     def next_pages(self, calls: list[Any], question: str) -> list[Retrieved]:

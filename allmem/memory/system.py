@@ -30,7 +30,7 @@ from allmem.memory.recover import recoverability
 from allmem.memory.retrieve import RetrievalConfig, Retriever
 from allmem.memory.write import OnlineWriter, WriteConfig
 from allmem.run.files import plain
-from allmem.systems import MemorySystem, Resources
+from allmem.systems import MemorySystem, Resources, check_depth_factor
 from allmem.types import RetrievalResult, Retrieved, SessionInfo, Turn
 
 log = logging.getLogger("allmem.memory")
@@ -316,8 +316,7 @@ class AllMem(MemorySystem):
 
     def set_depth(self, factor: int) -> None:
         """Scale ``DEPTH_KEYS`` of the retrieval settings to ``factor`` times the configured values (1 restores)."""
-        if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
-            raise ValueError(f"depth factor must be a positive integer, got {factor!r}")
+        check_depth_factor(factor)
         base = self.__dict__.setdefault("_depth_base", self.retrieval_cfg)
         self.retrieval_cfg = replace(base, **{key: getattr(base, key) * factor for key in self.DEPTH_KEYS})
         if self._retriever is not None:

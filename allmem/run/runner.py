@@ -40,9 +40,8 @@ from benchmarks import load_dataset
 
 log = logging.getLogger("allmem.run")
 
-MAX_RANKED_IDS = (
-    100  # ranked (turn) ids kept per question, at least, and more until they span max(ks) sessions
-)
+# Ranked (turn) ids kept per question: at least this many, and more until they span max(ks) sessions.
+MAX_RANKED_IDS = 100
 
 
 def build(node: DictConfig, **available: Any) -> Any:
