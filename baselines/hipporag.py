@@ -41,9 +41,16 @@ Simplified, and why:
 - A reset vector that sums to zero (only possible for a one-passage memory) becomes uniform instead of
   tripping upstream's assertion.
 
-Offline roles (``HippoRAGResponder``): NER gives the speaker, the names, YAKE keyphrases, dates and numbers of
-the turn (``allmem.text.keywords``); triples are (speaker, mentions, e) for the first ``max_entities`` (3) other
-entities and (e_i, co-occurs with, e_i+1) between consecutive ones; the filter keeps all candidates.
+Offline roles (``HippoRAGResponder``, constants fitted on the fit conversations by ``scripts/fit_baselines.py``):
+NER gives the speaker, the names, YAKE keyphrases, dates and numbers of the turn (``allmem.text.keywords``).
+Triples are made sentence by sentence, so a fact joins what one sentence says: the subject is the speaker when the
+sentence is in the first person (or names one entity only), else its first entity; the relation is the
+sentence's first ``relation_words`` content words outside the entities; one triple goes to each of the
+sentence's first ``max_entities`` other entities, and consecutive objects are joined by the same relation.
+The recognition filter keeps the candidate facts sharing at least ``filter_min_overlap`` stemmed content words with the
+question, the speakers' names aside; when none does, retrieval falls back to dense passages, as upstream does on
+an empty filter reply. (Until issue 22 every triple hung off the speaker and the filter kept every candidate, so
+the graph seeded the speaker's node on every question and added nothing over dense retrieval.)
 """
 
 from __future__ import annotations
@@ -60,10 +67,24 @@ import numpy as np
 
 from allmem.llm.base import ChatRequest, LLMError
 from allmem.systems import MemorySystem, Resources
+from allmem.text import index_terms
 from allmem.threads import single_thread_blas, single_thread_openmp
 from allmem.types import RetrievalResult, SessionInfo, Turn, format_date
 
-from ._common import Tally, ask, ask_many, embedder_of, keywords, llm_of, min_max, names, phrases, unique
+from ._common import (
+    Tally,
+    ask,
+    ask_many,
+    content_terms,
+    embedder_of,
+    keywords,
+    llm_of,
+    min_max,
+    names,
+    phrases,
+    sentences,
+    unique,
+)
 from ._turns import turn_unit
 
 Triple = tuple[str, str, str]
@@ -97,11 +118,15 @@ def normalise(text: Any) -> str:
 # ---------------------------------------------------------------- offline roles
 
 
+_FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|i'd|i'll|me|my|mine|myself|we|our|us)\b", re.I)
+
+
 class HippoRAGResponder:
     """Offline answers to the three HippoRAG 2 prompts (rules in the module docstring)."""
 
-    def __init__(self, max_entities: int = 3) -> None:
-        self.max_entities = max_entities
+    def __init__(self, max_entities: int = 3, relation_words: int = 3, filter_min_overlap: int = 1) -> None:
+        self.max_entities, self.relation_words = max_entities, relation_words
+        self.filter_min_overlap = filter_min_overlap
 
     def offline_reply(self, req: ChatRequest) -> str:
         v = req.variables
@@ -110,14 +135,54 @@ class HippoRAGResponder:
             ents = unique([speaker, *names(text), *phrases(text), *keywords(text, [speaker])])
             return json.dumps({"named_entities": ents}, ensure_ascii=False)
         if req.template == "hipporag_triples":
-            speaker = v["speaker"]
-            others = [e for e in v["entity_list"] if e.lower() != speaker.lower()][: self.max_entities]
-            triples = [[speaker, "mentions", e] for e in others]
-            triples += [[a, "co-occurs with", b] for a, b in zip(others, others[1:], strict=False)]
-            return json.dumps({"triples": triples}, ensure_ascii=False)
+            return json.dumps(
+                {"triples": self.triples(v["text"], v["speaker"], v["entity_list"])}, ensure_ascii=False
+            )
         if req.template == "hipporag_filter":
-            return json.dumps({"fact": v["candidates"]}, ensure_ascii=False)
+            return json.dumps(
+                {"fact": self.recognise(v["question"], v["candidates"], v["speakers"])}, ensure_ascii=False
+            )
         raise LLMError(f"HippoRAGResponder: no offline role for template {req.template!r}")
+
+    def triples(self, text: str, speaker: str, entities: list[str]) -> list[list[str]]:
+        """Per sentence: its subject (the speaker when it speaks in the first person, else its first entity, else
+        the speaker), a relation of the sentence's first ``relation_words`` content words outside every entity
+        ("mentions" when none), and one triple to each of its first ``max_entities`` other entities, in the order
+        they occur; consecutive objects are joined by the same relation. Entities found in no sentence (a caption's,
+        a changed spelling) hang off the speaker with "mentions", within the same cap."""
+        others = [e for e in entities if e.lower() != speaker.lower()]
+        out: list[list[str]] = []
+        placed: set[str] = set()
+        n_objects = 0
+        for sent in sentences(text) or [text]:
+            low = sent.lower()
+            found = sorted((low.find(e.lower()), i, e) for i, e in enumerate(others) if e.lower() in low)
+            ents = [e for _, _, e in found]
+            ents = [e for e in ents if not any(e.lower() in f.lower() and len(f) > len(e) for f in ents)]
+            if not ents:
+                continue
+            subject = speaker if _FIRST_PERSON.search(sent) or len(ents) == 1 else ents[0]
+            objects = [e for e in ents if e != subject][: self.max_entities]
+            inside = {w for e in [speaker, *ents] for w in content_terms(e)}
+            relation = " ".join([w for w in content_terms(sent) if w not in inside][: self.relation_words])
+            relation = relation or "mentions"
+            out += [[subject, relation, o] for o in objects]
+            out += [[a, relation, b] for a, b in zip(objects, objects[1:], strict=False)]
+            placed.update(e.lower() for e in [subject, *objects])
+            n_objects += len(objects)
+        rest = [e for e in others if e.lower() not in placed][: max(0, self.max_entities - n_objects)]
+        return out + [[speaker, "mentions", e] for e in rest]
+
+    def recognise(self, question: str, candidates: list[list[str]], speakers: list[str]) -> list[list[str]]:
+        """The candidates sharing at least ``filter_min_overlap`` stemmed content words with the question, the speakers'
+        names aside (every fact of a speaker shares the name; 0 keeps every candidate), in the order given."""
+        known = {w for s in speakers for w in index_terms(s)}
+        asked = set(index_terms(question)) - known
+        return [
+            c
+            for c in candidates
+            if len(asked & set(index_terms(" ".join(map(str, c))))) >= self.filter_min_overlap
+        ]
 
 
 # ---------------------------------------------------------------- the system
@@ -137,6 +202,8 @@ class HippoRAG2(MemorySystem):
         synonym_max: int = 100,
         retrieval_top_k: int | None = 200,
         max_entities: int = 3,
+        relation_words: int = 3,
+        filter_min_overlap: int = 1,
         filter_match_cutoff: float = 0.0,
         resources: Resources | None = None,
     ) -> None:
@@ -148,6 +215,10 @@ class HippoRAG2(MemorySystem):
         self.filter_match_cutoff = filter_match_cutoff
         if linking_top_k < 1 or synonym_max < 0 or (retrieval_top_k is not None and retrieval_top_k < 1):
             raise ValueError("configs/method/hipporag.yaml: linking_top_k and retrieval_top_k must be >= 1")
+        if max_entities < 1 or relation_words < 0 or filter_min_overlap < 0:
+            raise ValueError(
+                "configs/method/hipporag.yaml: need max_entities >= 1, relation_words >= 0, filter_min_overlap >= 0"
+            )
         if not 0 < damping < 1:
             raise ValueError(f"configs/method/hipporag.yaml: damping must be in (0, 1), got {damping}")
         self.linking_top_k, self.passage_node_weight, self.damping = (
@@ -157,7 +228,7 @@ class HippoRAG2(MemorySystem):
         )
         self.synonym_threshold, self.synonym_max = synonym_threshold, synonym_max
         self.retrieval_top_k = retrieval_top_k
-        self.responder = HippoRAGResponder(max_entities)
+        self.responder = HippoRAGResponder(max_entities, relation_words, filter_min_overlap)
         self.embedder = embedder_of(self.resources, "hipporag")
         self.llm = llm_of(self.resources)
         self.reset("")
@@ -205,11 +276,12 @@ class HippoRAG2(MemorySystem):
                     "passage": p,
                     "named_entities": json.dumps({"named_entities": ents}, ensure_ascii=False),
                     "speaker": t.speaker,
+                    "text": x,
                     "entity_list": ents,
                 },
                 self.responder,
             )
-            for p, t, ents in zip(shown, turns, entities, strict=True)
+            for p, t, x, ents in zip(shown, turns, texts, entities, strict=True)
         ]
         for turn, reply in zip(
             turns, ask_many(self.llm, "hipporag_triples", triple_calls, self.tally), strict=True
@@ -312,6 +384,7 @@ class HippoRAG2(MemorySystem):
             "question": query,
             "facts": json.dumps({"fact": shown}, ensure_ascii=False),
             "candidates": shown,
+            "speakers": sorted({t.speaker for t in self.passages}),
         }
         reply = ask(self.llm, "hipporag_filter", variables, self.responder, self.tally)
         if reply is None:

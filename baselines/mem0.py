@@ -35,9 +35,10 @@ Simplified, and why:
 Offline roles (``Mem0Responder``, deterministic, labelled offline in every table):
 - extraction: one fact per user message, its non-filler sentences with the first person rewritten to the
   speaker's name ("I adopted a dog" → "Ana adopted a dog");
-- update, by cosine between the fact and each shown memory: ≥ 0.95 → NONE; ≥ 0.8 with a negation or change cue
-  in the fact → DELETE the memory and ADD the fact; ≥ 0.8 and the fact's words include all the memory's → UPDATE
-  with the fact's text; otherwise ADD.
+- update, by cosine between the fact and each shown memory: ≥ ``same_cos`` (0.95) → NONE; ≥ ``related_cos``
+  (0.8) with a negation or change cue in the fact → DELETE the memory and ADD the fact; ≥ ``related_cos`` and the
+  fact's words include all the memory's → UPDATE with the fact's text; otherwise ADD. Both thresholds are fitted
+  on the fit conversations (``scripts/fit_baselines.py``).
 """
 
 from __future__ import annotations
@@ -172,6 +173,8 @@ class Mem0(SessionWriter):
         batch_size: int = 2,
         neighbours: int = 5,
         top_k: int | None = 30,
+        same_cos: float = 0.95,
+        related_cos: float = 0.8,
         temperature: float | None = None,
         resources: Resources | None = None,
     ) -> None:
@@ -179,6 +182,11 @@ class Mem0(SessionWriter):
         if batch_size < 1 or neighbours < 1 or (top_k is not None and top_k < 1):
             raise ValueError("configs/method/mem0.yaml: batch_size, neighbours and top_k must be >= 1")
         self.batch_size, self.neighbours, self.top_k = batch_size, neighbours, top_k
+        if not 0 <= related_cos <= same_cos <= 1:
+            raise ValueError(
+                f"configs/method/mem0.yaml: need 0 <= related_cos <= same_cos <= 1, got {related_cos}, {same_cos}"
+            )
+        self.same_cos, self.related_cos = same_cos, related_cos
         self.embedder = embedder_of(self.resources, "mem0")
         self.llm = llm_of(self.resources, temperature)
         self.reset("")
@@ -241,7 +249,7 @@ class Mem0(SessionWriter):
         temp = {str(i): m.id for i, m in enumerate(shown.values())}
         old = [{"id": str(i), "text": m.text} for i, m in enumerate(shown.values())]
         known = {m.text: store.index.vector(m.id) for m in shown.values()}
-        payload = Mem0Responder(vectors={**known, **{f: vecs[f] for f in facts}})
+        payload = Mem0Responder({**known, **{f: vecs[f] for f in facts}}, self.same_cos, self.related_cos)
         reply = ask(self.llm, "mem0_update", {"old_memory": old, "facts": facts}, payload, self.tally)
         if reply is not None:
             self.apply(store, batch, reply["memory"], temp, vecs)
