@@ -12,10 +12,13 @@ Memory hierarchy:
   return is cut at ``function_return_chars`` (3,000).
 Write path, per turn (each turn is a user message to the agent): it joins the queue and recall storage. When
 the main context passes ``warning_frac`` (0.75) of ``context_window`` the agent gets one memory-pressure alert
-(``memgpt_pressure``) and may call ``archival_memory_insert``, ``core_memory_append``, ``core_memory_replace``.
-When it passes the window, the oldest messages holding ``trunc_frac`` (0.75) of the queue's tokens, never the
-last ``keep_last`` (3), are replaced by a summary of them (``memgpt_summarize``, at most 100 words; the previous
-summary is among them, hence recursive), and the alert is re-armed.
+(``memgpt_pressure``, the whole queue) and may call ``archival_memory_insert``, ``core_memory_append``,
+``core_memory_replace``. When it passes the window, the oldest messages holding ``trunc_frac`` (0.75) of the
+queue's tokens, never the last ``keep_last`` (3), are to be replaced by a summary of them (``memgpt_summarize``,
+at most 100 words; the previous summary is among them, hence recursive), and the alert is re-armed. Just before
+the summary, the turns among them that no pressure step has shown the agent (they arrived after the last alert,
+or no alert fired in between) are offered in one more ``memgpt_pressure`` step over those turns alone, so every
+turn is offered before it leaves the main context.
 Query (``memgpt_search``, phase ``retrieve``): the agent plans its searches; their results, in call order, are
 the ranked units, followed by the rest of the queue (newest first), then the summary and the core memory.
 Scores are ``-rank``.
@@ -24,18 +27,22 @@ Provenance: archival rows carry the turn ids the agent cited (``sources``; unkno
 recall and queue messages are turns; core memory blocks credit the turns cited when their lines were written;
 the summary credits none (it goes last either way).
 
-Stats (``system_stats.jsonl``): ``evicted_messages`` (turns summarised away), ``evictions``, ``pressure_alerts``,
-``archival_rows``, and ``evicted_never_offered``, the evicted turns that were never in the queue at an alert, so the
-agent never saw them before they left the main context (``make memgpt_window`` reports them per window).
+Stats (``system_stats.jsonl``): ``evicted_messages`` (turns summarised away), ``evictions``, ``pressure_alerts``
+(steps at the alert), ``eviction_offers`` (steps just before an eviction), ``archival_rows``, and
+``evicted_never_offered``, the evicted turns no pressure step ever showed the agent: 0 since the eviction offer
+(a step whose reply fails still counts as offered, in ``failed_memgpt_pressure_*``), kept as a check and for
+``make memgpt_window``'s column.
 
 LoCoMo protocol: none upstream (letta#3115); Letta disputes the MemGPT numbers others published and reached its
 own LoCoMo score with file tools. Here the two speakers' turns are the agent's user messages, each shown as
 ``[date] Speaker: text [image: caption]``.
 
 Simplified, and why:
-- The agent is consulted only where MemGPT's design makes memory decisions (the pressure alert, the summary, the
+- The agent is consulted only where MemGPT's design makes memory decisions (the pressure steps, the summary, the
   question); upstream it also takes a step on every message, mostly to reply. Those replies and function-result
-  messages are not put in the queue, so the queue holds the conversation itself.
+  messages are not put in the queue, so the queue holds the conversation itself. Since a per-message step could
+  archive any message before it is evicted, each turn is offered at least once: at an alert, or else in one step
+  just before its eviction (a turn evicted unseen would be a handicap of this simplification, not of MemGPT).
 - One planning call per question issues all searches at once; upstream the agent chains calls with
   ``request_heartbeat`` and can read each page before asking the next.
 - ``system_tokens`` (2,000) estimates 0.2's system prompt (``memgpt_chat.txt``, 5,491 characters, about 1,200
@@ -106,6 +113,8 @@ class MemGPT(MemorySystem):
         page_size: int = 5,
         function_return_chars: int = 3000,
         summary_words: int = 100,
+        search_pages: int = 2,
+        search_terms: int = 3,
         resources: Resources | None = None,
     ) -> None:
         super().__init__(resources)
@@ -115,11 +124,15 @@ class MemGPT(MemorySystem):
             )
         if min(keep_last, page_size, core_char_limit, function_return_chars, summary_words) < 1:
             raise ValueError("configs/method/memgpt.yaml: keep_last, page_size and limits must be >= 1")
+        if min(search_pages, search_terms) < 0:
+            raise ValueError("configs/method/memgpt.yaml: search_pages and search_terms must be >= 0")
         self.window, self.system_tokens = context_window, system_tokens
         self.warning_frac, self.trunc_frac, self.keep_last = warning_frac, trunc_frac, keep_last
         self.core_char_limit, self.page_size = core_char_limit, page_size
         self.return_chars, self.summary_words = function_return_chars, summary_words
-        self.responder = MemGPTResponder(summary_words)
+        self.responder = MemGPTResponder(
+            word_limit=summary_words, search_pages=search_pages, search_terms=search_terms
+        )
         self.extra_pages = 0  # equal context (set_depth): archival pages read after the plan's
         self.embedder = embedder_of(self.resources, "memgpt")
         self.llm = llm_of(self.resources)
@@ -135,7 +148,7 @@ class MemGPT(MemorySystem):
         self.core = {b: Block() for b in BLOCKS}
         self.speakers: list[str] = []
         self.alerted = False
-        # turns shown at a pressure alert: counted at eviction (evicted_never_offered), decides nothing
+        # turns shown to the agent in a memory-pressure step (offer): an evicted turn not among them is offered first
         self.offered: set[str] = set()
         self.tally = Tally()
 
@@ -164,7 +177,7 @@ class MemGPT(MemorySystem):
         elif total > self.warning_frac * self.window and not self.alerted:
             self.alerted = True
             self.tally["pressure_alerts"] += 1
-            self.pressure()
+            self.offer(self.queue)
 
     def end_session(self, session: SessionInfo) -> None:
         """Nothing to do: MemGPT has no session boundary."""
@@ -177,14 +190,16 @@ class MemGPT(MemorySystem):
             for m in items
         ]
 
-    def pressure(self) -> None:
-        """The memory-pressure step: let the agent save what matters before eviction."""
-        lines = [f"({source_id(m.turn)}) {m.text}" if m.turn is not None else m.text for m in self.queue]
+    def offer(self, items: list[QueueItem]) -> None:
+        """A memory-pressure step (``memgpt_pressure``) over ``items``: the agent may save what matters in them
+        before they leave the main context. At the alert ``items`` is the whole queue; just before an eviction, the
+        evicted turns no step has shown it yet (``evict``)."""
+        lines = [f"({source_id(m.turn)}) {m.text}" if m.turn is not None else m.text for m in items]
         variables = {
             "core_memory": self.core_text(),
             "messages": "\n".join(lines),
             "char_limit": str(self.core_char_limit),
-            "queue": [r for r in self.queue_records(self.queue) if not r["summary"]],
+            "queue": [r for r in self.queue_records(items) if not r["summary"]],
             "archived": sorted({s for row in self.archival.values() for s in row.sources}),
             "speakers": list(self.speakers),
         }
@@ -261,6 +276,12 @@ class MemGPT(MemorySystem):
             self.tally["evict_refused"] += 1  # upstream raises: too few messages to summarise
             return False
         old = self.queue[:cutoff]
+        # upstream the agent steps on every message, so it could archive any of them before it leaves the main
+        # context: the turns no alert showed it are offered now, in one step, before the summary
+        unseen = [m for m in old if m.turn is not None and source_id(m.turn) not in self.offered]
+        if unseen:
+            self.tally["eviction_offers"] += 1
+            self.offer(unseen)
         lines = "\n".join(m.text for m in old)
         variables = {"messages": lines, "word_limit": str(self.summary_words), "queue": self.queue_records(old), "speakers": list(self.speakers)}  # fmt: skip
         res = self.llm.chat(build_request("memgpt_summarize", variables, payload=self.responder))
@@ -273,7 +294,7 @@ class MemGPT(MemorySystem):
         self.queue = [QueueItem(line, count_tokens(line)), *self.queue[cutoff:]]
         self.tally["evictions"] += 1
         self.tally["evicted_messages"] += sum(1 for m in old if m.turn is not None)
-        # evicted without ever being in the queue at a pressure alert: the agent never had a chance to save them
+        # evicted without ever being offered to the agent (0 since the eviction offer above; kept as a check)
         self.tally["evicted_never_offered"] += sum(
             1 for m in old if m.turn is not None and source_id(m.turn) not in self.offered
         )

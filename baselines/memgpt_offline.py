@@ -1,13 +1,15 @@
 """Offline roles of the MemGPT baseline (``baselines/memgpt.py``): deterministic stand-ins for its three prompts.
 
-- ``memgpt_pressure``: archive every queued turn not yet archived that carries a name (other than the speakers'),
+- ``memgpt_pressure`` (at the alert, over the whole queue, and just before an eviction, over the evicted turns it
+  was never shown): archive every offered turn not yet archived that carries a name (other than the speakers'),
   a date or a number, verbatim, citing its turn; append first-person statements ("I ...", "my ...") to the
   ``human`` core block as ``Speaker: sentence``.
 - ``memgpt_summarize``: extractive, at most ``word_limit`` words: the first sentence of each informative evicted
   turn (newest first, at most 15 words each), then the start of the previous summary if words remain.
-- ``memgpt_search``: archival search with the question (pages 0 and 1), then a recall (substring) search, page 0,
-  for each of the question's three longest content words other than the speakers' names (single words, since a
-  substring search for a phrase or the whole question rarely matches).
+- ``memgpt_search``: archival search with the question (pages 0 to ``search_pages`` - 1; 2 pages in
+  ``configs/method/memgpt.yaml``), then a recall (substring) search, page 0, for each of the question's
+  ``search_terms`` (3) longest content words other than the speakers' names (single words, since a substring
+  search for a phrase or the whole question rarely matches).
 """
 
 from __future__ import annotations
@@ -42,7 +44,11 @@ def _words(text: str, n: int) -> list[str]:
 
 @dataclass(frozen=True)
 class MemGPTResponder:
-    word_limit: int = 100
+    """Offline answers to MemGPT's three prompts; the settings are ``MemGPT``'s (``configs/method/memgpt.yaml``)."""
+
+    word_limit: int  # summary_words
+    search_pages: int  # archival pages read with the question
+    search_terms: int  # recall (substring) searches, one per longest content word
 
     def offline_reply(self, req: ChatRequest) -> str:
         v = req.variables
@@ -51,7 +57,10 @@ class MemGPTResponder:
         if req.template == "memgpt_summarize":
             return summary(v["queue"], v["speakers"], self.word_limit)
         if req.template == "memgpt_search":
-            return json.dumps({"calls": search_calls(v["question"], v["speakers"])}, ensure_ascii=False)
+            return json.dumps(
+                {"calls": search_calls(v["question"], v["speakers"], self.search_pages, self.search_terms)},
+                ensure_ascii=False,
+            )
         raise LLMError(f"MemGPTResponder: no offline role for template {req.template!r}")
 
 
@@ -91,9 +100,13 @@ def summary(queue: Sequence[dict[str, Any]], speakers: Sequence[str], word_limit
     return " ".join(out)
 
 
-def search_calls(question: str, speakers: Sequence[str]) -> list[dict[str, Any]]:
+def search_calls(question: str, speakers: Sequence[str], pages: int, terms: int) -> list[dict[str, Any]]:
+    """Archival search with the question, pages ``0 .. pages - 1``, then a recall search (page 0) for each of the
+    question's ``terms`` longest content words other than the speakers' names."""
     known = {w for s in speakers for w in s.lower().split()}
-    terms = sorted(unique([w for w in content_terms(question) if w not in known]), key=len, reverse=True)
-    calls = [{"name": "archival_memory_search", "arguments": {"query": question, "page": p}} for p in (0, 1)]
-    calls += [{"name": "conversation_search", "arguments": {"query": t, "page": 0}} for t in terms[:3]]
+    words = sorted(unique([w for w in content_terms(question) if w not in known]), key=len, reverse=True)
+    calls = [
+        {"name": "archival_memory_search", "arguments": {"query": question, "page": p}} for p in range(pages)
+    ]
+    calls += [{"name": "conversation_search", "arguments": {"query": w, "page": 0}} for w in words[:terms]]
     return calls

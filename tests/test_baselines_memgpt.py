@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 from allmem.systems import Resources
 from allmem.tokens import count_tokens
+from allmem.types import format_date
 from baselines.memgpt import MemGPT
+from baselines.memgpt_offline import MemGPTResponder, search_calls
 from tests.baselines_support import TableEmbedder, scripted, seen, turn
 
 TURNS = [
@@ -146,3 +150,71 @@ def test_page_is_coerced_as_upstream() -> None:
         )
         assert [u.id for u in got] == [u.id for u in clean] == [t.id for t in TURNS[:5]]
     assert "skipped_bad_arguments" not in system.tally
+
+
+def test_a_turn_no_alert_showed_is_offered_before_its_eviction() -> None:
+    """Window 150, 60 system tokens, empty core memory (10), 19-token turns, every summary "s" (7 tokens); the
+    offline pressure role archives every offered turn (each names a number) and appends nothing to core memory.
+    t3 (127 > 112.5) raises the alert: t1-t3 offered. t5 (165 > 150) evicts t1, t2 (134 left); t6 (153) evicts the
+    summary and t3; t7 (153) evicts the summary and t4, which arrived after the alert: the alert is checked only
+    below the window, so before the fix t4 left unseen; now one step offers it first, and it is archived."""
+    llm = scripted({"memgpt_summarize": ["s"] * 5})  # the offline role answers every pressure step
+    system = MemGPT(
+        context_window=150, system_tokens=60, resources=Resources(embedder=TableEmbedder(), llm=llm)
+    )
+    system.reset("conv-t")
+    for t in TURNS[:7]:
+        system.ingest(t)
+    stats = system.stats()
+    assert (stats["evictions"], stats["evicted_messages"], stats["pressure_alerts"]) == (3, 4, 1)
+    assert stats["eviction_offers"] == 1 and stats.get("evicted_never_offered", 0) == 0
+    assert [(r.id, r.sources) for r in system.archival.values()] == [
+        ("a0", ("D1:1",)), ("a1", ("D1:2",)), ("a2", ("D1:3",)), ("a3", ("D1:4",))
+    ]  # fmt: skip
+    assert system.archival["a3"].content == "Ben: Message number 4 is about topic 4."
+    offers = seen(system.llm, "memgpt_pressure")
+    assert [[r["id"] for r in req.variables["queue"]] for req in offers] == [
+        ["D1:1", "D1:2", "D1:3"],
+        ["D1:4"],
+    ]
+    assert (
+        offers[1].variables["messages"] == f"(D1:4) [{format_date(TURNS[3].timestamp)}] {TURNS[3].render()}"
+    )
+    # the step comes before the summary that evicts t4: its request is the one just before the third summary's
+    order = [r.template for r in system.llm.backend.seen]
+    assert order == [
+        "memgpt_pressure",
+        "memgpt_summarize",
+        "memgpt_summarize",
+        "memgpt_pressure",
+        "memgpt_summarize",
+    ]
+    assert "Message number 4" in seen(system.llm, "memgpt_summarize")[2].variables["messages"]
+    assert system.core["human"].text == "" and system.context_tokens() == 134
+
+
+def test_search_pages_and_terms_shape_the_offline_plan() -> None:
+    llm = scripted({})
+    system = MemGPT(
+        context_window=100_000, search_pages=3, search_terms=1,
+        resources=Resources(embedder=TableEmbedder(), llm=llm),
+    )  # fmt: skip
+    assert MemGPT(resources=Resources(embedder=TableEmbedder(), llm=llm)).responder == MemGPTResponder(
+        word_limit=100, search_pages=2, search_terms=3
+    )  # the defaults: pages 0 and 1, three words, as before they were settings
+    system.reset("conv-t")
+    for t in TURNS[:6]:
+        system.ingest(t)
+    system.retrieve("Which landscapes did Ana paint near Lisbon?")
+    plan = json.loads(system.responder.offline_reply(seen(llm, "memgpt_search")[0]))["calls"]
+    question = "Which landscapes did Ana paint near Lisbon?"
+    assert plan == [
+        {"name": "archival_memory_search", "arguments": {"query": question, "page": 0}},
+        {"name": "archival_memory_search", "arguments": {"query": question, "page": 1}},
+        {"name": "archival_memory_search", "arguments": {"query": question, "page": 2}},
+        {"name": "conversation_search", "arguments": {"query": "landscapes", "page": 0}},
+    ]  # the longest content word; "ana" is a speaker's name
+    assert system.tally["search_archival_memory_search"] == 3
+    assert system.tally["search_conversation_search"] == 1
+    plain = search_calls(question, ["Ana", "Ben"], 0, 2)
+    assert [c["arguments"]["query"] for c in plain] == ["landscapes", "lisbon"]

@@ -49,7 +49,8 @@ def test_window_table_from_tiny_runs(tmp_path: Path) -> None:
     assert frame.loc[32768, "evicted"] == frame.loc[131072, "evicted"] == 0
     assert frame.loc[8192, "haystacks"] == 2 and frame.loc[8192, "n"] == 2
     never = sum(s.get("evicted_never_offered", 0) for s in stats[8192])
-    assert frame.loc[8192, "never_offered"] == never <= evicted
+    assert frame.loc[8192, "never_offered"] == never == 0  # every evicted turn was offered before it left
+    assert sum(s.get("eviction_offers", 0) for s in stats[8192]) > 0  # some only by the step before eviction
     rows = sum(s["archival_rows"] for s in stats[32768])
     assert frame.loc[32768, "archival_rows_per_haystack"] == rows / 2
     text = (out / "tables" / "memgpt_window.md").read_text()

@@ -5,7 +5,7 @@ Scores: F1, R@k and N@k (the table's k) over the questions, with 95% bootstrap i
 from the smallest window (``allmem.report.compare``). Memory, from each haystack's ``system_stats.jsonl`` line
 (written after its stream is ingested, ``baselines/memgpt.py``): the share of turns evicted from the main
 context (summarised away; they stay in recall storage), evictions and pressure alerts per haystack, archival
-rows written per haystack, evicted turns never offered at an alert, and the main context at the stream's end.
+rows written per haystack, evicted turns never offered to the agent, and the main context at the stream's end.
 What the answer saw, from ``contexts.jsonl.gz``: packed units per question, and how many were archival rows.
 """
 
@@ -31,8 +31,9 @@ TITLES = {"lme_synth": "Synthetic haystacks with LongMemEval-s's shape"}  # targ
 ARCHIVAL = re.compile(r"a\d+")  # MemGPT's archival row ids (``baselines/memgpt.py``, ``ArchivalRow``)
 DEFINITIONS = (
     "Evicted: turns summarised out of the main context by the end of the stream, over all turns streamed (they "
-    "stay searchable in recall storage). Never offered: evicted turns that were not in the queue at any "
-    "memory-pressure alert, so the agent could not archive them first (share of the evicted in brackets). "
+    "stay searchable in recall storage). Never offered: evicted turns that no memory-pressure step showed the "
+    "agent, so it could not archive them first (share of the evicted in brackets); 0 since every turn no alert "
+    "showed is offered in a step just before its eviction. "
     "Archival rows: archival_memory_insert rows written per haystack. Main context: system, core memory and "
     "queue tokens at the stream's end (o200k_base). Packed: units in the answer's context per question, and "
     "how many of them were archival rows.",
