@@ -60,6 +60,7 @@ import json
 import re
 import time
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 import igraph as ig
@@ -121,6 +122,12 @@ def normalise(text: Any) -> str:
 _FIRST_PERSON = re.compile(r"\b(?:i|i'm|i've|i'd|i'll|me|my|mine|myself|we|our|us)\b", re.I)
 
 
+@lru_cache(maxsize=1 << 14)
+def _word_re(entity: str) -> re.Pattern[str]:
+    """The entity as whole words, case-insensitive (``low`` is lowercased already)."""
+    return re.compile(r"(?<!\w)" + re.escape(entity.lower()) + r"(?!\w)")
+
+
 class HippoRAGResponder:
     """Offline answers to the three HippoRAG 2 prompts (rules in the module docstring)."""
 
@@ -156,7 +163,8 @@ class HippoRAGResponder:
         n_objects = 0
         for sent in sentences(text) or [text]:
             low = sent.lower()
-            found = sorted((low.find(e.lower()), i, e) for i, e in enumerate(others) if e.lower() in low)
+            at = [(m.start(), i, e) for i, e in enumerate(others) if (m := _word_re(e).search(low))]
+            found = sorted(at)
             ents = [e for _, _, e in found]
             ents = [e for e in ents if not any(e.lower() in f.lower() and len(f) > len(e) for f in ents)]
             if not ents:

@@ -37,7 +37,7 @@ GRIDS: dict[str, dict[str, Sequence[Any]]] = {
     "mem0": {"same_cos": (0.9, 0.95, 0.98), "related_cos": (0.6, 0.7, 0.8, 0.9)},
     "amem": {"evolve_cos": (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)},
     "hipporag": {
-        "max_entities": (1, 2, 3, 4, 6),
+        "max_entities": (1, 2, 3, 4, 6, 8, 12),
         "relation_words": (0, 2, 3, 5),
         "filter_min_overlap": (0, 1, 2),
     },

@@ -171,3 +171,57 @@ def test_invalid_triples_are_skipped_and_counted() -> None:
     system = _system(rows, TableEmbedder())
     assert system.triples == [[("ana", "has", "pup")]] and system.tally["skipped_invalid_triple"] == 3
     assert normalise("Puppy-Class!  2023") == "puppy class 2023"
+
+
+# ---------------------------------------------------------------- offline roles (issue 22: equal strength)
+from baselines.hipporag import HippoRAGResponder  # noqa: E402
+
+
+def test_offline_triples_are_made_per_sentence_with_the_sentences_words_as_relation() -> None:
+    r = HippoRAGResponder(max_entities=3, relation_words=3, filter_min_overlap=1)
+    text = "I went to Paris with Jon. Jon likes jazz."
+    got = r.triples(text, "Ana", ["Ana", "Paris", "Jon", "jazz"])
+    # by hand: sentence 1 is first person, so Ana is the subject; its entities in order are Paris, Jon; its only
+    # content word outside them is "went". Sentence 2 names two entities and no "I": Jon is its subject.
+    assert got == [
+        ["Ana", "went", "Paris"],
+        ["Ana", "went", "Jon"],
+        ["Paris", "went", "Jon"],
+        ["Jon", "likes", "jazz"],
+    ]
+
+
+def test_offline_triples_cap_objects_drop_nested_entities_and_keep_unplaced_ones_off_the_speaker() -> None:
+    r = HippoRAGResponder(max_entities=1, relation_words=0, filter_min_overlap=1)
+    # "support group" lies inside "LGBTQ support group": left out; one object per sentence; relation_words 0
+    got = r.triples(
+        "I joined the LGBTQ support group in May.", "Ana", ["support group", "LGBTQ support group", "May"]
+    )
+    assert got == [["Ana", "mentions", "LGBTQ support group"]]
+    # an entity found in no sentence (a caption's) hangs off the speaker, within the cap
+    assert r.triples("Look!", "Ana", ["sunset"]) == [["Ana", "mentions", "sunset"]]
+    assert HippoRAGResponder(max_entities=2).triples("Nice.", "Ana", ["a", "b", "c"]) == [
+        ["Ana", "mentions", "a"],
+        ["Ana", "mentions", "b"],
+    ]
+
+
+def test_offline_filter_keeps_facts_sharing_a_stemmed_question_word_beside_the_speakers_names() -> None:
+    facts = [["ana", "went", "paris"], ["ana", "likes", "jazz"], ["jon", "researched", "adoption agencies"]]
+    speakers = ["Ana", "Jon"]
+    keep1 = HippoRAGResponder(filter_min_overlap=1)
+    assert keep1.recognise("What did Ana do in Paris?", facts, speakers) == [facts[0]]
+    assert keep1.recognise("What did Jon research?", facts, speakers) == [facts[2]]  # research ~ researched
+    assert keep1.recognise("What did Ana say?", facts, speakers) == []  # only a speaker's name in common
+    assert HippoRAGResponder(filter_min_overlap=0).recognise("What did Ana say?", facts, speakers) == facts
+
+
+def test_an_offline_filter_that_keeps_nothing_falls_back_to_dense_retrieval() -> None:
+    from allmem.embed import HashEmbedder
+
+    system = HippoRAG2(resources=Resources(embedder=HashEmbedder(dim=64)))
+    feed(system, sessions([("D1:1", "Ana", "I went to Paris with Jon."), ("D1:2", "Jon", "I love jazz.")]))
+    system.retrieve("What about Paris?")
+    assert system.tally["dense_fallback"] == 0  # the Paris fact is kept: PPR ranks
+    system.retrieve("What did Ana say?")
+    assert system.tally["dense_fallback"] == 1
