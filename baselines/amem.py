@@ -30,10 +30,13 @@ calls run per session (analyses first, all independent of the memory state, then
 order), which leaves the memory as upstream would but lets a real endpoint answer the analyses concurrently.
 
 Offline roles (``AMemResponder``, deterministic, labelled offline): keywords are the turn's YAKE keyphrases and
-names other than the speaker (``allmem.text.keywords``), topped up with its content words to reach three;
-context is the speaker's name with the first sentence; tags are the keywords' head words. Evolution: neighbours
-whose index document has cosine ≥ ``evolve_cos`` (0.6) with the new note are linked (strengthen), and the new
-note's keywords that occur in a linked neighbour are added to that neighbour's tags and to the new note's tags.
+names other than the speaker (``allmem.text.keywords``), topped up with its content words to reach
+``min_keywords`` (3); tags are the keywords' head words. The context stands in for the model's one-sentence
+summary of the whole turn, and it is what the index document embeds (with the keywords): the speaker's name, then
+every sentence of the turn without its end mark, joined by semicolons into one sentence, cut at ``context_words``
+(40) words of the turn (90% of LoCoMo turns fit whole). Evolution: neighbours whose index document has cosine ≥
+``evolve_cos`` (0.6) with the new note are linked (strengthen), and the new note's keywords that occur in a linked
+neighbour are added to that neighbour's tags and to the new note's tags.
 Query rewrite: the question's names and content words, comma-separated.
 """
 
@@ -42,7 +45,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -98,30 +101,43 @@ class Note:
 # ---------------------------------------------------------------- offline roles
 
 
-def offline_analysis(speaker: str, text: str) -> dict[str, Any]:
+def one_sentence(text: str, max_words: int) -> str:
+    """The whole utterance as one sentence: its sentences without their end marks, joined by "; ", ended by a
+    full stop, and cut to the first ``max_words`` words (cut mid-sentence: no dangling separator)."""
+    parts = [s.rstrip(".!?… ") for s in sentences(text)]
+    body = " ".join("; ".join(p for p in parts if p).split()[:max_words]).rstrip(",;:")
+    return body + "." if body else ""
+
+
+def offline_analysis(speaker: str, text: str, *, context_words: int, min_keywords: int) -> dict[str, Any]:
     """Keywords (no speaker, no times), a context sentence and head-word tags for one utterance."""
     kws = [k for k in unique([*phrases(text), *names(text)]) if k.lower() != speaker.lower()]
     for w in sorted(unique(content_terms(text)), key=len, reverse=True):
-        if len(kws) >= 3:
+        if len(kws) >= min_keywords:
             break
         if not any(w in k.lower().split() for k in kws):
             kws.append(w)
-    first = (sentences(text) or [text])[0]
     tags = unique([k.lower().split()[-1] for k in kws])[:5]
-    return {"keywords": kws, "context": f"{speaker} said: {first}", "tags": tags}
+    return {"keywords": kws, "context": f"{speaker} said: {one_sentence(text, context_words)}", "tags": tags}
 
 
 @dataclass(frozen=True)
 class AMemResponder:
-    """Offline answers to the three A-Mem prompts. ``scores``: neighbour index → cosine with the new note."""
+    """Offline answers to the three A-Mem prompts. ``scores``: neighbour index → cosine with the new note (set per
+    evolution call); the other fields are the offline constants of ``configs/method/amem.yaml``."""
 
     scores: dict[int, float] = field(default_factory=dict)
     evolve_cos: float = 0.6
+    context_words: int = 40
+    min_keywords: int = 3
 
     def offline_reply(self, req: ChatRequest) -> str:
         v = req.variables
         if req.template == "amem_analyze":
-            return json.dumps(offline_analysis(v["speaker"], v["text"]), ensure_ascii=False)
+            a = offline_analysis(
+                v["speaker"], v["text"], context_words=self.context_words, min_keywords=self.min_keywords
+            )
+            return json.dumps(a, ensure_ascii=False)
         if req.template == "amem_evolve":
             return json.dumps(self.evolve(v["note"], v["neighbour_notes"]), ensure_ascii=False)
         if req.template == "amem_query":
@@ -164,17 +180,20 @@ class AMem(SessionWriter):
         neighbours: int = 5,
         evo_threshold: int = 100,
         evolve_cos: float = 0.6,
+        context_words: int = 40,
+        min_keywords: int = 3,
         temperature: float | None = None,
         resources: Resources | None = None,
     ) -> None:
         super().__init__(resources)
-        if k < 1 or neighbours < 1 or evo_threshold < 1:
-            raise ValueError("configs/method/amem.yaml: k, neighbours and evo_threshold must be >= 1")
-        self.k, self.n_neighbours, self.evo_threshold, self.evolve_cos = (
-            k,
-            neighbours,
-            evo_threshold,
-            evolve_cos,
+        if min(k, neighbours, evo_threshold, context_words) < 1 or min_keywords < 0:
+            raise ValueError(
+                "configs/method/amem.yaml: k, neighbours, evo_threshold and context_words must be >= 1, "
+                "min_keywords >= 0"
+            )
+        self.k, self.n_neighbours, self.evo_threshold = k, neighbours, evo_threshold
+        self.responder = AMemResponder(
+            evolve_cos=evolve_cos, context_words=context_words, min_keywords=min_keywords
         )
         self.embedder = embedder_of(self.resources, "amem")
         self.llm = llm_of(self.resources, temperature)
@@ -194,7 +213,7 @@ class AMem(SessionWriter):
         if not turns:
             return
         contents = [utterance_line(t.speaker, t.text) for t in turns]
-        calls = [({"content": c, "speaker": t.speaker, "text": t.text}, AMemResponder()) for c, t in zip(contents, turns, strict=True)]  # fmt: skip
+        calls = [({"content": c, "speaker": t.speaker, "text": t.text}, self.responder) for c, t in zip(contents, turns, strict=True)]  # fmt: skip
         analyses = ask_many(self.llm, "amem_analyze", calls, self.tally)
         fresh: list[Note] = []
         for i, (turn, content, a) in enumerate(zip(turns, contents, analyses, strict=True)):
@@ -242,7 +261,7 @@ class AMem(SessionWriter):
                 for n in shown
             ],
         }
-        payload = AMemResponder(scores={int(i): s for i, s in hits}, evolve_cos=self.evolve_cos)
+        payload = replace(self.responder, scores={int(i): s for i, s in hits})
         reply = ask(self.llm, "amem_evolve", variables, payload, self.tally)
         if reply is None or not reply["should_evolve"]:
             return False
@@ -280,7 +299,7 @@ class AMem(SessionWriter):
     def retrieve(self, query: str, when: datetime | None = None) -> RetrievalResult:
         self.flush()
         t0 = time.perf_counter()
-        reply = ask(self.llm, "amem_query", {"question": query}, AMemResponder(), self.tally)
+        reply = ask(self.llm, "amem_query", {"question": query}, self.responder, self.tally)
         rewritten = str(reply["keywords"]).strip() if reply is not None else ""
         if not rewritten:
             self.tally["query_fallback_to_question"] += 1

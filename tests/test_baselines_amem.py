@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from allmem.systems import Resources
+from baselines._common import sentences
 from baselines.amem import AMem, offline_analysis
 from tests.baselines_support import TableEmbedder, add_session, feed, scripted, seen, sessions
 
@@ -97,7 +98,62 @@ def test_failed_replies_are_counted_not_raised() -> None:
 
 
 def test_offline_analysis_has_no_speaker_and_three_keywords() -> None:
-    a = offline_analysis("Caroline", "Caroline, I went to the LGBTQ support group yesterday with Melanie.")
+    a = offline_analysis(
+        "Caroline",
+        "Caroline, I went to the LGBTQ support group yesterday with Melanie.",
+        context_words=40,
+        min_keywords=3,
+    )
     assert len(a["keywords"]) >= 3 and "Caroline" not in a["keywords"]
     assert a["context"].startswith("Caroline said: ")
     assert len(a["tags"]) >= 1
+
+
+PUPPY = "I adopted a puppy! His name is Biscuit. Do you like dogs?"
+
+
+def test_offline_context_is_the_whole_turn_as_one_sentence_cut_at_context_words() -> None:
+    whole = offline_analysis("Ana", PUPPY, context_words=40, min_keywords=3)["context"]
+    assert whole == "Ana said: I adopted a puppy; His name is Biscuit; Do you like dogs."
+    assert sentences(whole) == [whole]  # one sentence to the splitter that cut the turn into three
+    # 8 words of the turn end on "Biscuit;": the dangling separator goes, the full stop closes the sentence
+    cut = offline_analysis("Ana", PUPPY, context_words=8, min_keywords=3)["context"]
+    assert cut == "Ana said: I adopted a puppy; His name is Biscuit."
+
+
+def test_offline_keywords_are_topped_up_to_min_keywords() -> None:
+    few = offline_analysis("Ana", PUPPY, context_words=40, min_keywords=3)["keywords"]
+    assert few == ["puppy", "Biscuit", "adopted", "dogs"]  # YAKE's phrases and the name already make four
+    more = offline_analysis("Ana", PUPPY, context_words=40, min_keywords=6)["keywords"]
+    assert more == [*few, "name", "like"]  # the content words not yet in a keyword, longest first
+
+
+ROAD_TRIP = sessions(
+    [
+        (
+            "D1:1",
+            "Ana",
+            "Our family road trip along the coast took nine days and we stopped at every little fishing village. "
+            "My daughter adopted a kitten. The car broke down twice near the mountains, which was stressful.",
+        ),
+        ("D1:2", "Ben", "I want a kitten someday, but my landlord says no pets."),
+        ("D1:3", "Ana", "My daughter started school last week and loves her teacher."),
+    ]
+)
+
+
+def test_a_question_about_a_later_sentence_finds_its_turn() -> None:
+    """The index document is context and keywords only; "kitten" is in the second sentence of Ana's first turn
+    and in none of its keywords, so only a context covering the whole turn lets the question reach it."""
+
+    def top(context_words: int) -> tuple[str, str]:
+        system = AMem(k=1, context_words=context_words, resources=Resources(embedder=TableEmbedder(), llm=scripted({})))  # fmt: skip
+        feed(system, ROAD_TRIP)
+        assert "kitten" not in " ".join(system.notes[0].keywords)
+        return system.retrieve("Who adopted a kitten?").units[0].id, system.notes[0].context
+
+    hit, context = top(40)
+    assert hit == "n0" and "My daughter adopted a kitten;" in context
+    # cut after the first sentence's 18 words (the old first-sentence context), Ben's turn is the nearest
+    hit, context = top(18)
+    assert hit == "n1" and context.endswith("every little fishing village.")
