@@ -115,6 +115,7 @@ class MemGPT(MemorySystem):
         summary_words: int = 100,
         search_pages: int = 2,
         search_terms: int = 3,
+        archive_min_terms: int = 0,
         resources: Resources | None = None,
     ) -> None:
         super().__init__(resources)
@@ -124,14 +125,19 @@ class MemGPT(MemorySystem):
             )
         if min(keep_last, page_size, core_char_limit, function_return_chars, summary_words) < 1:
             raise ValueError("configs/method/memgpt.yaml: keep_last, page_size and limits must be >= 1")
-        if min(search_pages, search_terms) < 0:
-            raise ValueError("configs/method/memgpt.yaml: search_pages and search_terms must be >= 0")
+        if min(search_pages, search_terms, archive_min_terms) < 0:
+            raise ValueError(
+                "configs/method/memgpt.yaml: search_pages, search_terms and archive_min_terms must be >= 0"
+            )
         self.window, self.system_tokens = context_window, system_tokens
         self.warning_frac, self.trunc_frac, self.keep_last = warning_frac, trunc_frac, keep_last
         self.core_char_limit, self.page_size = core_char_limit, page_size
         self.return_chars, self.summary_words = function_return_chars, summary_words
         self.responder = MemGPTResponder(
-            word_limit=summary_words, search_pages=search_pages, search_terms=search_terms
+            word_limit=summary_words,
+            search_pages=search_pages,
+            search_terms=search_terms,
+            archive_min_terms=archive_min_terms,
         )
         self.extra_pages = 0  # equal context (set_depth): archival pages read after the plan's
         self.embedder = embedder_of(self.resources, "memgpt")

@@ -2,7 +2,8 @@
 
 - ``memgpt_pressure`` (at the alert, over the whole queue, and just before an eviction, over the evicted turns it
   was never shown): archive every offered turn not yet archived that carries a name (other than the speakers'),
-  a date or a number, verbatim, citing its turn; append first-person statements ("I ...", "my ...") to the
+  a date or a number, or (``archive_min_terms`` > 0) at least that many content words and is no bare question,
+  verbatim, citing its turn; append first-person statements ("I ...", "my ...") to the
   ``human`` core block as ``Speaker: sentence``.
 - ``memgpt_summarize``: extractive, at most ``word_limit`` words: the first sentence of each informative evicted
   turn (newest first, at most 15 words each), then the start of the previous summary if words remain.
@@ -49,11 +50,13 @@ class MemGPTResponder:
     word_limit: int  # summary_words
     search_pages: int  # archival pages read with the question
     search_terms: int  # recall (substring) searches, one per longest content word
+    archive_min_terms: int  # also archive plain statements with at least this many content words (0: never)
 
     def offline_reply(self, req: ChatRequest) -> str:
         v = req.variables
         if req.template == "memgpt_pressure":
-            return json.dumps({"calls": pressure_calls(v["queue"], set(v["archived"]), v["speakers"])})
+            calls = pressure_calls(v["queue"], set(v["archived"]), v["speakers"], self.archive_min_terms)
+            return json.dumps({"calls": calls})
         if req.template == "memgpt_summarize":
             return summary(v["queue"], v["speakers"], self.word_limit)
         if req.template == "memgpt_search":
@@ -65,14 +68,15 @@ class MemGPTResponder:
 
 
 def pressure_calls(
-    queue: Sequence[dict[str, Any]], archived: set[str], speakers: Sequence[str]
+    queue: Sequence[dict[str, Any]], archived: set[str], speakers: Sequence[str], archive_min_terms: int = 0
 ) -> list[dict]:
     calls: list[dict[str, Any]] = []
     for m in queue:
         if m["id"] in archived:
             continue
         line = f"{m['speaker']}: {m['text']}"
-        if informative(m["text"], speakers):
+        plain = archive_min_terms > 0 and not is_filler(m["text"], min_terms=archive_min_terms)
+        if plain or informative(m["text"], speakers):
             calls.append(
                 {"name": "archival_memory_insert", "arguments": {"content": line, "sources": [m["id"]]}}
             )

@@ -35,13 +35,21 @@ import fit_retrieval as fr  # noqa: E402  (the fit split, the systems, the score
 # The offline roles' constants and the values tried (the config's value is the start, and is among them).
 GRIDS: dict[str, dict[str, Sequence[Any]]] = {
     "mem0": {"same_cos": (0.9, 0.95, 0.98), "related_cos": (0.6, 0.7, 0.8, 0.9)},
-    "amem": {"evolve_cos": (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)},
+    "amem": {
+        "evolve_cos": (0.5, 0.6, 0.7, 0.8, 0.9, 1.1),  # 1.1: never links (a cosine is at most 1)
+        "context_words": (20, 40, 60, 100),
+        "min_keywords": (2, 3, 5),
+    },
     "hipporag": {
         "max_entities": (1, 2, 3, 4, 6, 8, 12),
-        "relation_words": (0, 2, 3, 5),
+        "relation_words": (0, 2, 3, 5, 8, 12),
         "filter_min_overlap": (0, 1, 2),
     },
-    "memgpt": {"search_pages": (1, 2, 3, 4), "search_terms": (0, 1, 3, 5)},
+    "memgpt": {
+        "archive_min_terms": (0, 2, 3, 5, 8),
+        "search_pages": (1, 2, 3, 4),
+        "search_terms": (0, 1, 3, 5),
+    },
 }
 
 

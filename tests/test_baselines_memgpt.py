@@ -200,7 +200,7 @@ def test_search_pages_and_terms_shape_the_offline_plan() -> None:
         resources=Resources(embedder=TableEmbedder(), llm=llm),
     )  # fmt: skip
     assert MemGPT(resources=Resources(embedder=TableEmbedder(), llm=llm)).responder == MemGPTResponder(
-        word_limit=100, search_pages=2, search_terms=3
+        word_limit=100, search_pages=2, search_terms=3, archive_min_terms=0
     )  # the defaults: pages 0 and 1, three words, as before they were settings
     system.reset("conv-t")
     for t in TURNS[:6]:
@@ -218,3 +218,24 @@ def test_search_pages_and_terms_shape_the_offline_plan() -> None:
     assert system.tally["search_conversation_search"] == 1
     plain = search_calls(question, ["Ana", "Ben"], 0, 2)
     assert [c["arguments"]["query"] for c in plain] == ["landscapes", "lisbon"]
+
+
+def test_archive_min_terms_also_archives_plain_statements() -> None:
+    from baselines.memgpt_offline import pressure_calls
+
+    queue = [
+        {"id": "D1:1", "speaker": "Ana", "text": "I love painting quiet lakes at dawn.", "summary": False},
+        {"id": "D1:2", "speaker": "Ben", "text": "Cool!", "summary": False},
+        {"id": "D1:3", "speaker": "Ben", "text": "Do you paint lakes often?", "summary": False},
+    ]
+
+    def archived(n: int) -> list[str]:
+        calls = pressure_calls(queue, set(), ["Ana", "Ben"], n)
+        return [c["arguments"]["sources"][0] for c in calls if c["name"] == "archival_memory_insert"]
+
+    # D1:1 names no one, no date, no number: never archived by the cue rule alone
+    assert archived(0) == []
+    # content words of D1:1: painting, quiet, lakes, dawn (4; "love" is a chat filler, allmem.text.keywords.FILLERS);
+    # D1:2 has none; D1:3 is a bare question
+    assert archived(4) == ["D1:1"]
+    assert archived(5) == []

@@ -76,9 +76,8 @@ def compute(runs: Sequence[Run], dataset: str, names: Sequence[str] | None = Non
 
 
 STAGE1_SEARCH = {"dense": "dense", "bm25": "lexical", "hybrid": "dense+lexical", "fused": "dense+lexical"}
-FIT_MARK = (
-    "fit_retrieval.py"  # a method config whose comments name the fitting script carries fitted constants
-)
+# a method config whose comments name a fitting script carries constants fitted on the fit conversations
+FIT_MARKS = ("fit_retrieval.py", "fit_baselines.py")
 
 
 def search_of(run: Run) -> str:
@@ -106,7 +105,7 @@ def fitted_of(run: Run) -> bool:
             continue
         seen.add(name)
         text = path.read_text(encoding="utf-8")
-        if FIT_MARK in text:
+        if any(mark in text for mark in FIT_MARKS):
             return True
         todo += re.findall(r"^\s*-\s*([A-Za-z0-9_]+)\s*$", text, re.M)  # the ``defaults:`` list
     return False
@@ -128,7 +127,10 @@ def like_for_like_note(runs: Sequence[Run]) -> str:
         + "."
     )
     if fitted:
-        out += f" Constants fitted on the fit conversations (scripts/fit_retrieval.py): {', '.join(fitted)}."
+        out += (
+            f" Constants fitted on the fit conversations (scripts/fit_retrieval.py, scripts/fit_baselines.py for the"
+            f" baselines' offline roles): {', '.join(fitted)}."
+        )
     out += " Every row is read by the same reader (`generator=`); see docs/BASELINES.md for per-system simplifications."
     return out
 
