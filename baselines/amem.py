@@ -31,13 +31,14 @@ order), which leaves the memory as upstream would but lets a real endpoint answe
 
 Offline roles (``AMemResponder``, deterministic, labelled offline): keywords are the turn's YAKE keyphrases and
 names other than the speaker (``allmem.text.keywords``), topped up with its content words to reach
-``min_keywords`` (3); tags are the keywords' head words. The context stands in for the model's one-sentence
+``min_keywords``; tags are the keywords' head words. The context stands in for the model's one-sentence
 summary of the whole turn, and it is what the index document embeds (with the keywords): the speaker's name, then
 every sentence of the turn without its end mark, joined by semicolons into one sentence, cut at ``context_words``
-(40) words of the turn (90% of LoCoMo turns fit whole). Evolution: neighbours whose index document has cosine ≥
-``evolve_cos`` (0.6) with the new note are linked (strengthen), and the new note's keywords that occur in a linked
+words of the turn (at 40, 90% of LoCoMo turns fit whole). Evolution: neighbours whose index document has cosine ≥
+``evolve_cos`` with the new note are linked (strengthen), and the new note's keywords that occur in a linked
 neighbour are added to that neighbour's tags and to the new note's tags.
-Query rewrite: the question's names and content words, comma-separated.
+Query rewrite: the question's names and content words, comma-separated. The three constants are in
+``configs/method/amem.yaml``, fitted on the fit conversations by ``scripts/fit_baselines.py``.
 """
 
 from __future__ import annotations
@@ -126,10 +127,10 @@ class AMemResponder:
     """Offline answers to the three A-Mem prompts. ``scores``: neighbour index → cosine with the new note (set per
     evolution call); the other fields are the offline constants of ``configs/method/amem.yaml``."""
 
+    evolve_cos: float
+    context_words: int
+    min_keywords: int
     scores: dict[int, float] = field(default_factory=dict)
-    evolve_cos: float = 0.6
-    context_words: int = 40
-    min_keywords: int = 3
 
     def offline_reply(self, req: ChatRequest) -> str:
         v = req.variables
@@ -179,7 +180,7 @@ class AMem(SessionWriter):
         k: int = 10,
         neighbours: int = 5,
         evo_threshold: int = 100,
-        evolve_cos: float = 0.6,
+        evolve_cos: float = 0.9,
         context_words: int = 40,
         min_keywords: int = 3,
         temperature: float | None = None,

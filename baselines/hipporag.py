@@ -131,7 +131,7 @@ def _word_re(entity: str) -> re.Pattern[str]:
 class HippoRAGResponder:
     """Offline answers to the three HippoRAG 2 prompts (rules in the module docstring)."""
 
-    def __init__(self, max_entities: int = 3, relation_words: int = 3, filter_min_overlap: int = 1) -> None:
+    def __init__(self, max_entities: int, relation_words: int, filter_min_overlap: int) -> None:
         self.max_entities, self.relation_words = max_entities, relation_words
         self.filter_min_overlap = filter_min_overlap
 
@@ -209,8 +209,8 @@ class HippoRAG2(MemorySystem):
         synonym_threshold: float = 0.8,
         synonym_max: int = 100,
         retrieval_top_k: int | None = 200,
-        max_entities: int = 3,
-        relation_words: int = 3,
+        max_entities: int = 12,
+        relation_words: int = 8,
         filter_min_overlap: int = 1,
         filter_match_cutoff: float = 0.0,
         resources: Resources | None = None,

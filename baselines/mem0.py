@@ -35,8 +35,7 @@ Simplified, and why:
 Offline roles (``Mem0Responder``, deterministic, labelled offline in every table):
 - extraction: one fact per user message, its non-filler sentences with the first person rewritten to the
   speaker's name ("I adopted a dog" → "Ana adopted a dog");
-- update, by cosine between the fact and each shown memory: ≥ ``same_cos`` (0.95) → NONE; ≥ ``related_cos``
-  (0.8) with a negation or change cue in the fact → DELETE the memory and ADD the fact; ≥ ``related_cos`` and the
+- update, by cosine between the fact and each shown memory: ≥ ``same_cos`` → NONE; ≥ ``related_cos`` with a negation or change cue in the fact → DELETE the memory and ADD the fact; ≥ ``related_cos`` and the
   fact's words include all the memory's → UPDATE with the fact's text; otherwise ADD. Both thresholds are fitted
   on the fit conversations (``scripts/fit_baselines.py``).
 """
@@ -103,9 +102,9 @@ class Mem0Responder:
     ``vectors`` maps each text the update prompt shows (facts and old memories) to its embedding.
     """
 
+    same: float  # same_cos
+    related: float  # related_cos
     vectors: dict[str, np.ndarray] = field(default_factory=dict)
-    same: float = 0.95
-    related: float = 0.8
 
     def offline_reply(self, req: ChatRequest) -> str:
         if req.template == "mem0_extract":
@@ -174,7 +173,7 @@ class Mem0(SessionWriter):
         neighbours: int = 5,
         top_k: int | None = 30,
         same_cos: float = 0.95,
-        related_cos: float = 0.8,
+        related_cos: float = 0.9,
         temperature: float | None = None,
         resources: Resources | None = None,
     ) -> None:
@@ -229,7 +228,9 @@ class Mem0(SessionWriter):
         ]
         lines = "\n".join(f"{r['role']}: {r['speaker']}: {r['text']}" for r in records)
         date = format_date(batch[0].timestamp)
-        return {"user": owner, "date": date, "messages": lines, "records": records}, Mem0Responder()
+        return {"user": owner, "date": date, "messages": lines, "records": records}, Mem0Responder(
+            self.same_cos, self.related_cos
+        )
 
     def clean_facts(self, reply: dict[str, Any] | None) -> list[str]:
         if reply is None:
@@ -249,7 +250,7 @@ class Mem0(SessionWriter):
         temp = {str(i): m.id for i, m in enumerate(shown.values())}
         old = [{"id": str(i), "text": m.text} for i, m in enumerate(shown.values())]
         known = {m.text: store.index.vector(m.id) for m in shown.values()}
-        payload = Mem0Responder({**known, **{f: vecs[f] for f in facts}}, self.same_cos, self.related_cos)
+        payload = Mem0Responder(self.same_cos, self.related_cos, {**known, **{f: vecs[f] for f in facts}})
         reply = ask(self.llm, "mem0_update", {"old_memory": old, "facts": facts}, payload, self.tally)
         if reply is not None:
             self.apply(store, batch, reply["memory"], temp, vecs)

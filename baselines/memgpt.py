@@ -115,7 +115,7 @@ class MemGPT(MemorySystem):
         summary_words: int = 100,
         search_pages: int = 2,
         search_terms: int = 3,
-        archive_min_terms: int = 0,
+        archive_min_terms: int = 5,
         resources: Resources | None = None,
     ) -> None:
         super().__init__(resources)

@@ -7,10 +7,14 @@
   ``human`` core block as ``Speaker: sentence``.
 - ``memgpt_summarize``: extractive, at most ``word_limit`` words: the first sentence of each informative evicted
   turn (newest first, at most 15 words each), then the start of the previous summary if words remain.
-- ``memgpt_search``: archival search with the question (pages 0 to ``search_pages`` - 1; 2 pages in
-  ``configs/method/memgpt.yaml``), then a recall (substring) search, page 0, for each of the question's
-  ``search_terms`` (3) longest content words other than the speakers' names (single words, since a substring
+- ``memgpt_search``: archival search with the question (pages 0 to ``search_pages`` - 1), then a recall (substring) search, page 0, for each of the question's
+  ``search_terms`` longest content words other than the speakers' names (single words, since a substring
   search for a phrase or the whole question rarely matches).
+
+The constants (``archive_min_terms``, ``search_pages``, ``search_terms``) are in ``configs/method/memgpt.yaml``,
+fitted on the fit conversations by ``scripts/fit_baselines.py`` (its log: ``results/fits/fit_baselines.log``):
+archiving plain statements raised R@5 there; the search constants did not move R@5 or N@5 (the first archival
+page fills the top five), so they keep their earlier values.
 """
 
 from __future__ import annotations

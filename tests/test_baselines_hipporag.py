@@ -200,7 +200,7 @@ def test_offline_triples_cap_objects_drop_nested_entities_and_keep_unplaced_ones
     assert got == [["Ana", "mentions", "LGBTQ support group"]]
     # an entity found in no sentence (a caption's) hangs off the speaker, within the cap
     assert r.triples("Look!", "Ana", ["sunset"]) == [["Ana", "mentions", "sunset"]]
-    assert HippoRAGResponder(max_entities=2).triples("Nice.", "Ana", ["a", "b", "c"]) == [
+    assert HippoRAGResponder(2, 3, 1).triples("Nice.", "Ana", ["a", "b", "c"]) == [
         ["Ana", "mentions", "a"],
         ["Ana", "mentions", "b"],
     ]
@@ -209,11 +209,13 @@ def test_offline_triples_cap_objects_drop_nested_entities_and_keep_unplaced_ones
 def test_offline_filter_keeps_facts_sharing_a_stemmed_question_word_beside_the_speakers_names() -> None:
     facts = [["ana", "went", "paris"], ["ana", "likes", "jazz"], ["jon", "researched", "adoption agencies"]]
     speakers = ["Ana", "Jon"]
-    keep1 = HippoRAGResponder(filter_min_overlap=1)
+    keep1 = HippoRAGResponder(3, 3, filter_min_overlap=1)
     assert keep1.recognise("What did Ana do in Paris?", facts, speakers) == [facts[0]]
     assert keep1.recognise("What did Jon research?", facts, speakers) == [facts[2]]  # research ~ researched
     assert keep1.recognise("What did Ana say?", facts, speakers) == []  # only a speaker's name in common
-    assert HippoRAGResponder(filter_min_overlap=0).recognise("What did Ana say?", facts, speakers) == facts
+    assert (
+        HippoRAGResponder(3, 3, filter_min_overlap=0).recognise("What did Ana say?", facts, speakers) == facts
+    )
 
 
 def test_an_offline_filter_that_keeps_nothing_falls_back_to_dense_retrieval() -> None:

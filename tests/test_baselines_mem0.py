@@ -92,7 +92,7 @@ def test_offline_roles() -> None:
     pins = {"Ana likes tea": [1, 0], "Ana enjoys tea": [0.96, 0.28], "Ana drinks coffee": [0.85, 0.527],
             "Ben runs": [0, 1]}  # fmt: skip
     emb = TableEmbedder(pins)
-    r = Mem0Responder(vectors={k: emb.table[k] for k in pins})
+    r = Mem0Responder(0.95, 0.8, vectors={k: emb.table[k] for k in pins})
     old = [{"id": "0", "text": "Ana likes tea"}]
     assert [x["event"] for x in r.decide(old, ["Ana enjoys tea"])] == ["NONE"]  # cosine 0.96 >= 0.95
     assert [x["event"] for x in r.decide(old, ["Ben runs"])] == ["ADD", "NONE"]
@@ -100,7 +100,9 @@ def test_offline_roles() -> None:
     assert [x["event"] for x in r.decide(old, ["Ana drinks coffee"])] == ["ADD", "NONE"]
     near, far = emb.table["Ana likes tea"], emb.table["Ana drinks coffee"]  # cosine 0.85
     r2 = Mem0Responder(
-        vectors={"Ana has a dog": near, "Ana no longer has a dog": far, "Ana has a dog named Rex": far}
+        0.95,
+        0.8,
+        vectors={"Ana has a dog": near, "Ana no longer has a dog": far, "Ana has a dog named Rex": far},
     )
     old = [{"id": "0", "text": "Ana has a dog"}]
     assert [x["event"] for x in r2.decide(old, ["Ana no longer has a dog"])] == ["DELETE", "ADD"]

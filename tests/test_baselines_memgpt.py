@@ -200,7 +200,7 @@ def test_search_pages_and_terms_shape_the_offline_plan() -> None:
         resources=Resources(embedder=TableEmbedder(), llm=llm),
     )  # fmt: skip
     assert MemGPT(resources=Resources(embedder=TableEmbedder(), llm=llm)).responder == MemGPTResponder(
-        word_limit=100, search_pages=2, search_terms=3, archive_min_terms=0
+        word_limit=100, search_pages=2, search_terms=3, archive_min_terms=5
     )  # the defaults: pages 0 and 1, three words, as before they were settings
     system.reset("conv-t")
     for t in TURNS[:6]:
