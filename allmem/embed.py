@@ -11,11 +11,12 @@ file is set aside and rebuilt). An in-memory memo sits in front of it.
 
 Why a text's vector depends on the text alone (issue 17, item 11): a cache keeps the vector of whichever run embedded
 a text first, so any dependence on the batch would make results depend on the job schedule and the cache state.
-Measured on this CPU (500 LoCoMo turns, torch 2.13): a text padded to a longer batch partner's length gets another
-vector (up to 1.6e-7 apart; 465 of 500 rows differ at batch size 64), and two torch threads change about 1 row in 30.
-Texts of equal token length in one forward pass have no padding, and gave bitwise the vector of the text alone for
-every batch size tried (8 to 128, one text repeated 64 times). So the model sees only batches of equal-length texts,
-always on one torch thread: ``_SCHEME`` names this in the identity, so vectors computed otherwise are never mixed in.
+Measured (500 LoCoMo turns, torch 2.13): a text padded to a longer batch partner's length gets another vector (up
+to 1.6e-7 apart; 465 of 500 rows differ at batch size 64), and two torch threads change about 1 row in 30. Batches
+of equal token length (no padding) were enough on one machine but not on another (a Xeon with AVX-512 FP16), where 8
+to 9 of 400 turns still came out differently at batch sizes 2 to 64 than alone. So the model sees one text per forward pass, always on one torch thread: the vector is the
+text's alone on any CPU, at about 1.6 times the embedding time of batches of 64. ``_SCHEME`` names this in the
+identity, so vectors computed otherwise are never mixed in.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ PACKAGED_NAME = "all-MiniLM-L6-v2"
 _SKIP_FILES = {"README.md", ".gitattributes"}  # documentation: editing it must not invalidate the cache
 _MEMO_MAX = 500_000  # texts; ~0.75 GB of float32 at 384 dims, far above any run here
 _IDENTITY_MEMO: dict[tuple[str, int], str] = {}
-# How vectors are computed, part of the identity: equal-length batches without padding, one torch thread.
-_SCHEME = "nopad-1t"
+# How vectors are computed, part of the identity: one text per forward pass, one torch thread.
+_SCHEME = "single-1t"
 # Engines of the same model (configs/embedder/): torch (sentence-transformers), ONNX Runtime fp32 or int8
 # (allmem/embed_onnx.py).
 BACKENDS = ("torch", "onnx_fp32", "onnx_int8")
@@ -77,10 +78,10 @@ def text_key(text: str) -> str:
 
 
 class Embedder:
-    """Batched, L2-normalised float32 sentence embeddings from a local sentence-transformers model.
+    """L2-normalised float32 sentence embeddings from a local sentence-transformers model.
 
-    A text's vector is bitwise the same whatever else is encoded with it (see the module docstring): texts are
-    grouped by token length, at most ``batch_size`` per forward pass, on one torch thread.
+    A text's vector is bitwise the same whatever else is encoded with it (see the module docstring): one text per
+    forward pass, on one torch thread.
 
     The model loads lazily on the first text that misses the cache, so a fully cached rerun never loads it.
     ``hits`` counts texts served from the memo or the disk cache, ``misses`` texts the model encoded.
@@ -90,12 +91,9 @@ class Embedder:
         self,
         model_path: str | Path | None = None,
         cache_dir: str | Path | None = None,
-        batch_size: int = 32,
         device: str = "cpu",
         backend: str = "torch",
     ) -> None:
-        if batch_size < 1:
-            raise ValueError(f"Embedder: batch_size must be >= 1, got {batch_size}")
         if backend not in BACKENDS:
             raise ValueError(f"Embedder: backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         self.model_path = Path(model_path) if model_path is not None else packaged_model_path()
@@ -103,7 +101,6 @@ class Embedder:
             raise FileNotFoundError(f"{self.model_path}: model folder not found (embedder.model_path)")
         self.name = PACKAGED_NAME if model_path is None else self.model_path.name
         self.cache_dir = Path(cache_dir) if cache_dir is not None else paths.cache_dir() / "embeddings"
-        self.batch_size = batch_size
         self.device = device
         self.backend = backend
         self._onnx: Any = None
@@ -206,39 +203,31 @@ class Embedder:
         return self._encode_model(list(texts))
 
     def _encode_model(self, texts: list[str]) -> np.ndarray:
-        """Vectors of ``texts``, each computed in a forward pass of texts of its own token length (no padding)."""
+        """Vectors of ``texts``, each computed in a forward pass of its own."""
         if self.backend != "torch":
             return self._onnx_encoder().encode(texts, self.dim)
         import torch
 
         model = self._load()
-        # the model's own tokenisation and truncation (``tokenize`` before sentence-transformers 6)
-        prepare = getattr(model, "preprocess", None) or model.tokenize
-        lengths = prepare(texts)["attention_mask"].sum(dim=1).tolist()
-        buckets: dict[int, list[int]] = {}
-        for i, n in enumerate(lengths):
-            buckets.setdefault(int(n), []).append(i)
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         threads = torch.get_num_threads()
         if threads != 1:
             torch.set_num_threads(1)
         try:
-            for rows in buckets.values():
-                for start in range(0, len(rows), self.batch_size):
-                    part = rows[start : start + self.batch_size]
-                    vecs = model.encode(
-                        [texts[i] for i in part],
-                        batch_size=len(part),
-                        normalize_embeddings=True,
-                        convert_to_numpy=True,
-                        show_progress_bar=False,
+            for i, text in enumerate(texts):
+                vec = model.encode(
+                    [text],
+                    batch_size=1,
+                    normalize_embeddings=True,
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
+                )
+                vec = np.asarray(vec, dtype=np.float32)
+                if vec.shape != (1, self.dim):
+                    raise RuntimeError(
+                        f"{self.model_path}: model returned shape {vec.shape}, expected (1, {self.dim})"
                     )
-                    vecs = np.asarray(vecs, dtype=np.float32)
-                    if vecs.shape != (len(part), self.dim):
-                        raise RuntimeError(
-                            f"{self.model_path}: model returned shape {vecs.shape}, expected (n, {self.dim})"
-                        )
-                    out[part] = vecs
+                out[i] = vec[0]
         finally:
             if threads != 1:
                 torch.set_num_threads(threads)

@@ -45,18 +45,19 @@ def test_vector_is_the_same_whatever_the_batch_threads_and_cache(tmp_path) -> No
     alone = Embedder(cache_dir=tmp_path / "alone")
     reference = _bits(alone.encode([TIE[1]]))[0]  # one text, one forward pass
 
-    batched = Embedder(cache_dir=tmp_path / "batched", batch_size=64)
+    batched = Embedder(cache_dir=tmp_path / "batched")
     got = _bits(batched.encode([*PARTNERS, TIE[0], *reversed(PARTNERS), TIE[2]]))
     assert got[len(PARTNERS)] == reference and got[-1] == reference  # padded to a partner before the fix
 
-    small = Embedder(cache_dir=tmp_path / "small", batch_size=1)
+    small = Embedder(cache_dir=tmp_path / "small")
     assert _bits(small.encode([TIE[3], *PARTNERS]))[0] == reference
-    assert _bits(small.encode(PARTNERS)) == _bits(batched.encode(PARTNERS))
+    # each partner alone gives what it gave among the others (batches of equal length differed on some CPUs)
+    assert [_bits(small.encode([p]))[0] for p in PARTNERS] == _bits(batched.encode(PARTNERS))
 
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        two = Embedder(cache_dir=tmp_path / "two", batch_size=3)
+        two = Embedder(cache_dir=tmp_path / "two")
         assert _bits(two.encode([*PARTNERS, *TIE])) == _bits(batched.encode([*PARTNERS, *TIE]))
         assert torch.get_num_threads() == 2  # the caller's setting is restored
     finally:

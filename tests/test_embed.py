@@ -61,7 +61,7 @@ def test_keys_differ_by_text_and_model(tmp_path) -> None:
     assert len(text_key("x")) == 64
     emb = Embedder(cache_dir=tmp_path)
     fp = model_fingerprint(emb.model_path)
-    assert emb.identity == f"all-MiniLM-L6-v2@{fp[:16]}/nopad-1t"
+    assert emb.identity == f"all-MiniLM-L6-v2@{fp[:16]}/single-1t"
     # a copy of the model folder with one config byte changed gets a different identity
     import shutil
 
@@ -115,7 +115,7 @@ def test_onnx_backends_have_their_own_identity(tmp_path) -> None:
     """Vectors of another engine or precision never share cache entries with torch's: each backend names itself."""
     fp = model_fingerprint(Embedder(cache_dir=tmp_path).model_path)
     ids = {b: Embedder(cache_dir=tmp_path, backend=b).identity for b in ("torch", "onnx_fp32", "onnx_int8")}
-    assert ids["torch"] == f"all-MiniLM-L6-v2@{fp[:16]}/nopad-1t"  # unchanged: existing caches stay valid
+    assert ids["torch"] == f"all-MiniLM-L6-v2@{fp[:16]}/single-1t"  # one text per forward pass
     assert ids["onnx_fp32"].startswith(f"all-MiniLM-L6-v2@{fp[:16]}/onnx-fp32-")
     assert ids["onnx_int8"].startswith(f"all-MiniLM-L6-v2@{fp[:16]}/onnx-int8-")
     assert ids["onnx_fp32"].endswith("/1x-1t") and len(set(ids.values())) == 3

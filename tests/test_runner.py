@@ -228,7 +228,7 @@ MUST_CHANGE = [
     "generator=extractive", "dataset.sample=5", "dataset.sample_dialogues=1", "budget.fill=true",
 ]  # fmt: skip
 MUST_NOT_CHANGE = [
-    "run.progress=false", "embedder.cache_dir=/elsewhere/emb", "embedder.batch_size=8", "paths.cache_dir=/elsewhere", "wandb.enabled=true",
+    "run.progress=false", "embedder.cache_dir=/elsewhere/emb", "paths.cache_dir=/elsewhere", "wandb.enabled=true",
     "llm.max_concurrency=4", "llm.cache.enabled=true", "hydra.run.dir=/elsewhere/hydra",
     # under llm=openai: how long to wait, how often to retry, how fast to go, where the key is read from
     "llm=openai llm.timeout_s=5", "llm=openai llm.try_timeout_s=5", "llm=openai llm.call_timeout_s=60",

@@ -23,7 +23,7 @@ from allmem.run import files
 # left out of the identity hash and of the directory name (a key matches itself and everything below it).
 NOT_IDENTITY: tuple[str, ...] = (
     "run.root", "run.name", "run.progress", "run.workers", "run.shard", "paths", "wandb", "hydra",
-    "dataset.path", "dataset.fit_dialogues", "embedder.cache_dir", "embedder.batch_size",
+    "dataset.path", "dataset.fit_dialogues", "embedder.cache_dir",
     "llm.timeout_s", "llm.connect_timeout_s", "llm.max_retries", "llm.backoff_base_s", "llm.backoff_max_s",
     "llm.max_concurrency", "llm.rpm", "llm.tpm", "llm.breaker_after", "llm.try_timeout_s", "llm.call_timeout_s",
     "llm.cache", "llm.prices", "llm.api_key_env",
