@@ -15,7 +15,7 @@ feeds each fit conversation's stream as ``allmem run`` does; only the reader is 
 The held-out five are scored once at the end, for the chosen values only, for information: nothing is chosen on
 them. The chosen values are printed, to be written into the configs.
 
-    .venv/bin/python scripts/fit_baselines.py                       # all four: about an hour on 2 shared cores
+    .venv/bin/python scripts/fit_baselines.py                       # all four: about 25 minutes on 2 busy cores
     .venv/bin/python scripts/fit_baselines.py --only hipporag --rounds 1
 """
 
