@@ -104,9 +104,21 @@ class StubLLM:
                 with stub._lock:
                     stub._in_flight += 1
                     stub.max_in_flight = max(stub.max_in_flight, stub._in_flight)
+                self._counted = True
                 try:
                     self._answer()
                 finally:
+                    self._replied()
+
+            def send_response(self, *args: Any, **kwargs: Any) -> None:
+                # a request stops being in flight when its reply starts: a client that waits for each reply may send
+                # the next one at once, before this thread returns from the handler (a race on busy machines)
+                self._replied()
+                super().send_response(*args, **kwargs)
+
+            def _replied(self) -> None:
+                if getattr(self, "_counted", False):
+                    self._counted = False
                     with stub._lock:
                         stub._in_flight -= 1
 
