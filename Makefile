@@ -32,7 +32,7 @@ PAPER_TARGETS := table1 table2 retrieval retention equal_context table3 table4 a
 	fig7 memgpt_window tables figures paper
 # `make memgpt_window`: MemGPT's window sweep on a generated LongMemEval-s-shaped file, written first to the path
 # configs/experiment/memgpt_window.yaml reads: MGW_QUESTIONS haystacks (LongMemEval-s: 500) of MGW_SESSIONS sessions.
-MGW_QUESTIONS ?= 10
+MGW_QUESTIONS ?= 50
 MGW_SESSIONS ?= 50
 MGW_FILE := data/synthetic/lme_memgpt_window.json
 # `make sweep`: any multirun of your own, summarised on its own, under SWEEPS (runs) and OUT/sweeps (tables).
@@ -83,7 +83,7 @@ fig4: ## Fig. 4: sensitivity to theta and d_sigma (F1, R@5, visible surface, sea
 fig5: ## Fig. 5: visible surface vs N at every checkpoint; Mem-Lat by stage; Stage 1 full bank vs visible vs N
 fig6: ## Fig. 6: recoverability: share of archived units within H hops
 fig7: ## Fig. 7: an Update case study (old and new unit, version link, top-k without and with ATC)
-memgpt_window: mgw-data ## MemGPT's window 8k/32k/128k on LongMemEval-length haystacks (MGW_QUESTIONS=10 of 500)
+memgpt_window: mgw-data ## MemGPT's window 8k/32k/128k on LongMemEval-length haystacks (MGW_QUESTIONS=50 of 500)
 mgw-data: $(STAMP)
 	$(PY) scripts/make_longmemeval.py $(MGW_FILE) --questions $(MGW_QUESTIONS) --sessions $(MGW_SESSIONS)
 tables: ## Tables 1-5 and 8
