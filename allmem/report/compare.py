@@ -9,6 +9,7 @@ each table picks its layout; its CSV is what ``results/tables/*.csv`` hold.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -80,6 +81,11 @@ def fmt_ci(mean: float | None, low: float | None, high: float | None) -> str:
     if mean is None or (isinstance(mean, float) and np.isnan(mean)):
         return "n/a"
     return f"{mean:.2f} [{low:.2f}, {high:.2f}]"
+
+
+def fmt_ci_row(row: Mapping[str, Any]) -> str:
+    """``fmt_ci`` of a long-format table row with ``mean``, ``low`` and ``high`` columns."""
+    return fmt_ci(row["mean"], row["low"], row["high"])
 
 
 def fmt_p(p: float | None) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 from allmem.report import stats
-from allmem.report.compare import fmt_ci
+from allmem.report.compare import fmt_ci_row
 from allmem.report.figures import pyplot
 from allmem.report.items import KEYS, item_frame
 from allmem.report.retention import metrics_of
@@ -67,10 +67,6 @@ def _label_order(table: pd.DataFrame):
     return lambda col: col.map(first) if col.name == "label" else col
 
 
-def _cell(row: pd.Series) -> str:
-    return fmt_ci(row["mean"], row["low"], row["high"])
-
-
 def markdown_for(table: pd.DataFrame) -> str:
     """One row per method and size: n, mean packed tokens, % full, then each metric with its interval."""
     metrics = list(dict.fromkeys(table["metric"]))
@@ -80,7 +76,7 @@ def markdown_for(table: pd.DataFrame) -> str:
         by_metric = {r["metric"]: r for _, r in part.iterrows()}
         first = part.iloc[0]
         rows.append([label, int(size), int(part["n"].max()), f"{first['tokens']:.0f}", f"{first['full']:.1f}",
-                     *[_cell(by_metric[m]) if m in by_metric else "n/a" for m in metrics]])  # fmt: skip
+                     *[fmt_ci_row(by_metric[m]) if m in by_metric else "n/a" for m in metrics]])  # fmt: skip
     return markdown(header, rows)
 
 

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from allmem.report import stats
-from allmem.report.compare import fmt_ci
+from allmem.report.compare import fmt_ci_row
 from allmem.report.figures import pyplot
 from allmem.report.items import KEYS, item_frame
 from allmem.report.runs import Run
@@ -100,10 +100,6 @@ def compute(runs: Sequence[Run], names: Sequence[str] | None = None) -> pd.DataF
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def _cell(row: pd.Series) -> str:
-    return fmt_ci(row["mean"], row["low"], row["high"])
-
-
 def markdown_for(table: pd.DataFrame) -> str:
     """One row per method, ask point, distance unit and bin: n, then each metric with its interval."""
     metrics = list(dict.fromkeys(table["metric"]))
@@ -114,7 +110,7 @@ def markdown_for(table: pd.DataFrame) -> str:
         by_metric = {r["metric"]: r for _, r in part.iterrows()}
         first = part.iloc[0]
         rows.append([label, ask, unit, first["bin"], int(part["n"].max()),
-                     *[_cell(by_metric[m]) if m in by_metric else "n/a" for m in metrics]])  # fmt: skip
+                     *[fmt_ci_row(by_metric[m]) if m in by_metric else "n/a" for m in metrics]])  # fmt: skip
     return markdown(header, rows)
 
 
