@@ -98,11 +98,12 @@ class OpenAIBackend:
                         f"llm.api_key_env: environment variable {self.api_key_env} is not set "
                         "(backend openai reads its key only from there)"
                     )
-                import httpx
                 import openai
 
                 self._key = key
-                timeout = httpx.Timeout(self.timeout_s, connect=self.connect_timeout_s)
+                # the client's own Timeout: the HTTP library underneath is the client's business (it changed
+                # from httpx to httpx2 within openai 3.x, and an httpx.Timeout is refused there)
+                timeout = openai.Timeout(self.timeout_s, connect=self.connect_timeout_s)
                 http = openai.DefaultHttpxClient(trust_env=False, follow_redirects=False, timeout=timeout)
                 self._client = openai.OpenAI(
                     api_key=key,
@@ -155,7 +156,6 @@ class OpenAIBackend:
 
     def _try(self, client: Any, kwargs: dict[str, Any], deadline: float, attempt: int) -> BackendReply:
         """One HTTP try within ``min(try_timeout_s, time left)`` of wall clock; the reply read and checked here."""
-        import httpx2
         import openai
 
         limit = min(self.try_timeout_s, deadline - time.monotonic())
@@ -173,7 +173,12 @@ class OpenAIBackend:
                     chunks.append(chunk)
                     if time.monotonic() > end:
                         raise BadReply(f"no complete reply within {limit:g} s (llm.try_timeout_s)")
-        except httpx2.HTTPError as exc:  # the body's reads are the HTTP library's, not wrapped by the client
+        except (BadReply, openai.APIError):
+            raise
+        except Exception as exc:
+            # Reading the body raises the client's HTTP library's own errors, which the client does not wrap and
+            # does not export: any other error while the body is read is a failed try (retried, then reported
+            # with its type), so this module names no transport package.
             raise BadReply(f"reading the reply failed: {type(exc).__name__}: {exc}") from None
         return _decode(b"".join(chunks), ctype, attempt)
 
