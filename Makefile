@@ -1,5 +1,6 @@
 # allmem: every table and figure is a make target. `make help` lists them.
 SHELL := /bin/bash
+comma := ,
 PY_SYS ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -9,11 +10,24 @@ export TRANSFORMERS_OFFLINE := 1
 export WANDB_MODE ?= disabled
 export TOKENIZERS_PARALLELISM := false
 
-# torch's CPU build (the CUDA build that plain PyPI serves is several GB): pip looks in TORCH_INDEX too, and
-# the CPU wheels there (2.13.0+cpu) win. Where pip already finds a local CPU wheel, the index may be unreachable:
-# one quick warning. TORCH_INDEX= (empty) installs whatever PyPI serves, e.g. for a CUDA machine.
+# The environment is locked: requirements.lock pins every package (exact versions, sha256 hashes; Python 3.11,
+# torch's CPU build). `make setup` installs exactly it and checks the venv against it (scripts/lock.py);
+# `make lock` refreshes it with uv (pinned here) to the newest versions pyproject.toml's ranges allow;
+# `make test-latest` runs the suite on those in a throwaway venv first (docs/REPRODUCE.md, "Setup").
+LOCK ?= requirements.lock
+LOCK_EXTRAS := dev onnx
+LOCK_PYTHON := 3.11
+LOCK_PLATFORM := x86_64-manylinux_2_28
+UV_VERSION := 0.13.9
+TOOLS := .cache/tools
+LATEST := .cache/latest
+# torch's CPU build (the CUDA build that plain PyPI serves is several GB) comes from TORCH_INDEX, PyTorch's CPU
+# wheel index; TORCH is what `make lock` asks for. Where pip is given a local wheel folder (PIP_FIND_LINKS, as on
+# machines that cannot reach that index), the CPU wheel is taken from there and TORCH_INDEX defaults to empty.
 TORCH ?= torch==2.13.0
-TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?= $(if $(PIP_FIND_LINKS),,https://download.pytorch.org/whl/cpu)
+LOCK_SOURCES = $(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS)) $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX) \
+	--index-strategy unsafe-best-match)
 
 # Paper targets (docs/REPRODUCE.md, "Tables, figures and sweeps"). Each runs its experiments: one Hydra multirun per file in
 # configs/experiment/ (the compared methods and sweep grids live there, nowhere else), complete runs skipped; then
@@ -40,21 +54,36 @@ NAME ?= sweep
 ARGS ?=
 SWEEPS ?= results/runs/sweeps
 
-.PHONY: help setup test test-fast reproduce lint format clean bench bench-scale sweep site chromium mgw-data $(PAPER_TARGETS)
+.PHONY: help setup lock test-latest test test-fast reproduce lint format clean bench bench-scale sweep site chromium mgw-data $(PAPER_TARGETS)
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-12s %s\n", $$1, $$2}'
 	@echo "  Variables: RUNS=$(RUNS) JOBS=$(JOBS) OUT=$(OUT) LME=<file> SET=<extra overrides> ALLOW_MIXED_CODE=1 (reuse runs of other code) (paper targets)"
 	@echo "  ALLMEM_CONFIG_PATH=<folder>[:<folder>...]: your own configs; its methods join table1, sweeps, runs (docs/LIBRARY.md)"
 
-$(STAMP): pyproject.toml setup.py
+$(STAMP): pyproject.toml setup.py $(LOCK)
+	@$(PY_SYS) -c 'import sys; sys.exit(sys.version_info[:2] != ($(subst .,$(comma) ,$(LOCK_PYTHON))))' || { echo \
+		"make setup: $(LOCK) is for Python $(LOCK_PYTHON), $(PY_SYS) is $$($(PY_SYS) -V 2>&1); set PY_SYS=python$(LOCK_PYTHON)"; exit 2; }
 	@test -x $(PY) || $(PY_SYS) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q --retries 0 "$(TORCH)" $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q --retries 1 --require-hashes --no-deps -r $(LOCK) $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
+	$(PY) -m pip install -q --no-deps -e .
+	$(PY) scripts/lock.py check $(LOCK)
 	@touch $(STAMP)
 
-setup: $(STAMP) ## Create .venv and install torch (CPU build; TORCH_INDEX= for PyPI's) then allmem; idempotent
+setup: $(STAMP) ## Create .venv with exactly requirements.lock (torch's CPU build), then allmem; idempotent
+
+lock: ## Refresh requirements.lock: the newest versions pyproject.toml's ranges allow, hashed (uv); then make setup
+	@test -x $(TOOLS)/bin/uv || { $(PY_SYS) -m venv $(TOOLS) && $(TOOLS)/bin/pip install -q uv==$(UV_VERSION); }
+	printf '%s\n' "$(TORCH)" pip | $(TOOLS)/bin/uv pip compile -q pyproject.toml - $(foreach e,$(LOCK_EXTRAS),--extra $(e)) \
+		--upgrade --generate-hashes --python-version $(LOCK_PYTHON) --python-platform $(LOCK_PLATFORM) $(LOCK_SOURCES) \
+		--custom-compile-command "make lock" -o $(LOCK)
+	@echo "[lock] wrote $(LOCK): $$(grep -c '^[A-Za-z0-9].*==' $(LOCK)) packages"
+
+test-latest: ## The suite on the newest versions the ranges allow (throwaway venv); prints what differs from the lock
+	rm -rf $(LATEST) && mkdir -p $(LATEST)
+	$(MAKE) --no-print-directory lock LOCK=$(LATEST)/requirements.lock
+	$(PY_SYS) scripts/lock.py diff $(LOCK) $(LATEST)/requirements.lock
+	$(MAKE) --no-print-directory test VENV=$(LATEST)/venv LOCK=$(LATEST)/requirements.lock
 
 test: $(STAMP) lint ## Lint, then run the whole test suite (offline; what CI runs)
 	$(PY) -m pytest  # testpaths (pyproject.toml): tests/ and examples/

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from allmem.run import compare, files
+from allmem.run import attempts, compare, files
 from tests.faultkit import FIXTURES, allmem_run, done_dir, env
 
 TINY = FIXTURES / "locomo_tiny.json"
@@ -68,6 +68,31 @@ def test_changed_prediction_differs(two_runs: tuple[Path, Path], tmp_path: Path)
     res = _compare(two_runs[1], copy)
     assert res.returncode == 1
     assert "differs: predictions.jsonl.conv-1/conv-1:q0000@end.prediction" in res.stdout
+
+
+def test_a_changed_torch_version_is_named_first(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
+    """Two runs that disagree and were made with different torch builds: ``allmem compare`` names the version
+    first (the likely cause), and only once, before the answer that changed."""
+    a, b = two_runs
+    manifest = json.loads((a / files.MANIFEST).read_text())
+    assert manifest["packages"]["torch"]  # recorded by the run itself
+    assert set(attempts.NUMERIC_PACKAGES) <= set(manifest["packages"])  # transformers, onnxruntime included
+    copy = shutil.copytree(a, tmp_path / "copy")
+    for entry in (manifest, *manifest["attempts"]):
+        entry["packages"]["torch"] = "9.9.9"
+    (copy / files.MANIFEST).write_text(json.dumps(manifest))
+    _edit_predictions(copy, lambda r: r.update(prediction="something else"))
+    diffs = compare.same_result(b, copy)
+    torch_now = json.loads((b / files.MANIFEST).read_text())["packages"]["torch"]
+    assert (
+        diffs[0] == f"manifest.json.packages: torch {torch_now} != 9.9.9 (a package that can change numbers)"
+    )
+    assert diffs[1].startswith("predictions.jsonl.conv-1/conv-1:q0000@end.prediction:")
+    assert not any("torch" in d for d in diffs[1:])  # named once
+    res = _compare(b, copy)
+    assert (
+        res.returncode == 1 and f"differs: manifest.json.packages: torch {torch_now} != 9.9.9" in res.stdout
+    )
 
 
 def test_a_run_in_one_root_only_is_missing(two_runs: tuple[Path, Path], tmp_path: Path) -> None:

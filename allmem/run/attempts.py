@@ -28,10 +28,19 @@ from allmem.types import RECORD_VERSION, Dialogue
 log = logging.getLogger("allmem.run")
 
 
+# The installed packages whose version can change a number (the embedder's kernels and model code, the vector
+# index, the arrays, the LLM client): every manifest records them, declared or not (transformers comes with
+# sentence-transformers, onnxruntime with the onnx extra), and ``allmem compare`` names a difference of these
+# first when two runs disagree.
+NUMERIC_PACKAGES: tuple[str, ...] = (
+    "torch", "transformers", "sentence-transformers", "onnxruntime", "faiss-cpu", "numpy", "openai",
+)  # fmt: skip
+
+
 def _declared_packages() -> list[str]:
-    """allmem, torch and every runtime dependency the project declares (``pyproject.toml`` of this checkout,
-    else the installed metadata): any of them can change a result, so the manifest lists their versions and the
-    list is never kept by hand. Extras (dev, slurm) are left out."""
+    """allmem, ``NUMERIC_PACKAGES`` and every runtime dependency the project declares (``pyproject.toml`` of this
+    checkout, else the installed metadata): any of them can change a result, so the manifest lists their versions
+    and the list is never kept by hand. Extras (dev, slurm) are left out."""
     import re
     import tomllib
 
@@ -41,7 +50,7 @@ def _declared_packages() -> list[str]:
     except (OSError, KeyError, ValueError):
         reqs = [r for r in metadata.requires("allmem") or () if "extra ==" not in r]
     names = [m.group(0) for r in reqs if (m := re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", r))]
-    return sorted(dict.fromkeys(["allmem", "torch", *names]), key=str.lower)
+    return sorted(dict.fromkeys(["allmem", *NUMERIC_PACKAGES, *names]), key=str.lower)
 
 
 class RunLock:

@@ -85,20 +85,45 @@ def _json_view(path: Path) -> dict[str, Any]:
     return _strip(data)
 
 
+def version_differences(a: Path, b: Path) -> list[str]:
+    """One line per package of ``attempts.NUMERIC_PACKAGES`` whose version the two runs' manifests record
+    differently: the first suspect when two runs of one config disagree."""
+    pa, pb = ((_json_view(d / files.MANIFEST).get("packages") or {}) for d in (a, b))
+    return [
+        f"{files.MANIFEST}.packages: {name} {pa.get(name) or 'absent'} != {pb.get(name) or 'absent'} "
+        "(a package that can change numbers)"
+        for name in attempts.NUMERIC_PACKAGES
+        if pa.get(name) != pb.get(name)
+    ]
+
+
+def _manifest_view(run_dir: Path, versions_named: bool) -> dict[str, Any]:
+    """The manifest as compared; the versions ``version_differences`` named already are not named again."""
+    view = _json_view(run_dir / files.MANIFEST)
+    if versions_named:
+        for entry in (view, *(view.get("attempts") or ())):
+            if isinstance(entry, dict) and isinstance(entry.get("packages"), dict):
+                for name in attempts.NUMERIC_PACKAGES:
+                    entry["packages"].pop(name, None)
+    return view
+
+
 def same_result(a: Path, b: Path, limit: int = 5) -> list[str]:
     """Whether run directories ``a`` and ``b`` hold the same result: [] if so, else the first ``limit``
     differences, one line each. Compares the identity of ``config.yaml`` (``identity``: placement keys left
     out), ``metrics.json``, the manifest and every JSON-lines file (predictions by question, the others as a
-    multiset of lines), each without the fields in ``SAME_RESULT_IGNORES``."""
-    out: list[str] = []
+    multiset of lines), each without the fields in ``SAME_RESULT_IGNORES``. A version difference of a package
+    that can change numbers (``version_differences``) is named first."""
     a, b = Path(a), Path(b)
+    versions = version_differences(a, b)
+    out: list[str] = list(versions)
     for name in (files.CONFIG, files.METRICS, files.MANIFEST, *_COMPARED, files.DONE):
         if (a / name).exists() != (b / name).exists():
             out.append(f"{name}: only in {'A' if (a / name).exists() else 'B'}")
     ia, ib = (identity(files.read_config_data(p)) for p in (a, b))
     _diff(ia, ib, files.CONFIG, out, limit)
-    for name in (files.METRICS, files.MANIFEST):
-        _diff(_json_view(a / name), _json_view(b / name), name, out, limit)
+    _diff(_json_view(a / files.METRICS), _json_view(b / files.METRICS), files.METRICS, out, limit)
+    _diff(*(_manifest_view(d, bool(versions)) for d in (a, b)), files.MANIFEST, out, limit)
     for name in _COMPARED:
         # calls.jsonl: the calls behind the kept results, as run_cost counts them (an interrupted attempt's
         # unfinished work is spent, not part of the result)
