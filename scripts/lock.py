@@ -73,12 +73,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     diff = sub.add_parser("diff", help="how lock B differs from lock A (exit 0 either way)")
     diff.add_argument("a", type=Path)
     diff.add_argument("b", type=Path)
+    diff.add_argument(
+        "--show", nargs="*", default=(), help="packages whose versions in B to print either way"
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "diff":
-            lines = differences(read_lock(args.a), read_lock(args.b), (str(args.a), str(args.b)))
+            a, b = read_lock(args.a), read_lock(args.b)
+            lines = differences(a, b, (str(args.a), str(args.b)))
             print(f"[lock] {len(lines)} packages differ between {args.a} and {args.b}")
-            print("\n".join(f"  {line}" for line in lines))
+            print("".join(f"  {line}\n" for line in lines), end="")
+            shown = ", ".join(f"{n} {b.get(canonical(n), 'absent')}" for n in args.show)
+            if shown:
+                print(f"[lock] in {args.b}: {shown}")
             return 0
         want: dict[str, str] = {}
         for lock in args.locks:
