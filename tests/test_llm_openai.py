@@ -50,6 +50,18 @@ def test_json_mode_request_shape(stub: StubLLM, tmp_path: Path) -> None:
     assert "seed" not in body and "max_tokens" not in body
 
 
+def test_json_schema_mode_sends_the_templates_schema_and_the_reply_cap(stub: StubLLM, tmp_path: Path) -> None:
+    """``llm.json_schema`` (llm=local): the template's schema rides in response_format, which llama.cpp's
+    server turns into a grammar; ``llm.max_tokens`` caps a role that sets no cap of its own."""
+    from allmem.llm.prompts import load_template
+
+    llm = make(stub, tmp_path, json_schema=True, max_tokens=256)
+    assert isinstance(describe(llm, EVIDENCE), Descriptor)
+    body = stub.requests[0].body
+    assert body["response_format"] == {"type": "json_object", "schema": load_template("descriptor").schema}
+    assert body["max_tokens"] == 256
+
+
 def test_429_then_success_retries_exactly_once(stub: StubLLM, tmp_path: Path) -> None:
     llm = make(stub, tmp_path)
     stub.script(("status", 429))

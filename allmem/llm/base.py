@@ -60,6 +60,7 @@ class ChatRequest:
     ``sample`` distinguishes repeated calls of one prompt (judge majority votes) in the cache.
     ``temperature`` is this request's sampling temperature (None: the client's ``temperature``, or
     ``judge.temperature`` for judge calls); it is part of the cache key. The offline backend ignores it.
+    ``repair``: 0 for a template's own request; k for the k-th follow-up after an unusable reply.
     """
 
     phase: str
@@ -73,6 +74,7 @@ class ChatRequest:
     sample: int = 0
     payload: Any = field(default=None, compare=False, repr=False)
     temperature: float | None = None
+    repair: int = 0  # how many repair turns (``LLM.repair``) this request holds after its template's messages
 
     def __post_init__(self) -> None:
         if self.phase not in PHASES:

@@ -5,11 +5,18 @@ parses the reply against the template's schema into data or a typed ``ParseFailu
 ledger. A transport failure after the backend's retries is a failed ``ChatResult``, never an exception, until
 ``breaker_after`` consecutive ones open the circuit (``CircuitOpen``); configuration errors and replay misses
 raise. Failed calls, the breaker and dry runs: ``allmem/llm/README.md``.
+
+A JSON role's reply that does not parse or match its schema is asked again up to ``llm.repair_retries`` times
+(``repair``: the reply shown back, then the one-line problem); every try is booked, the repairs with ``repair``
+and ``repair_of`` (the prompt hash of the reply they replace), so a run's per-role invalid and unusable counts
+come from calls.jsonl alone (``allmem.llm.ledger.roles_of``). ``llm.context_window``: a prompt whose estimate
+and reply cap do not fit fails here with a clear error, before any request; no server truncates it.
 """
 
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import threading
 import time
 from collections.abc import Sequence
@@ -22,6 +29,12 @@ from allmem.llm.ledger import Ledger
 from allmem.llm.prompts import load_template, parse_reply
 from allmem.tokens import count_tokens
 from allmem.types import CallRecord
+
+REPAIR_TEMPLATE = "repair"  # prompts/repair.txt: the follow-up turn after an unusable reply
+REPAIR_ECHO_CHARS = (
+    2000  # how much of the unusable reply the repair shows back (an over-long one is cut here)
+)
+REPAIR_PROBLEM_CHARS = 200
 
 
 def pool_size(llm: Any, workers: int = 1) -> int:
@@ -72,6 +85,9 @@ class LLM:
         dry_run: bool = False,
         info: dict[str, Any] | None = None,
         breaker_after: int = 0,
+        max_tokens: int | None = None,
+        context_window: int | None = None,
+        repair_retries: int = 0,
     ) -> None:
         self.backend = backend
         self.cache = cache if cache is not None else ResponseCache(":memory:", enabled=False)
@@ -89,6 +105,16 @@ class LLM:
         if breaker_after < 0:
             raise LLMError(f"llm.breaker_after: must be >= 0 (0 = never stop), got {breaker_after}")
         self.breaker_after = int(breaker_after)
+        for name, value in (("max_tokens", max_tokens), ("context_window", context_window)):
+            if value is not None and (isinstance(value, bool) or int(value) < 1):
+                raise LLMError(f"llm.{name}: must be an integer >= 1 (or null), got {value!r}")
+        if int(repair_retries) < 0:
+            raise LLMError(f"llm.repair_retries: must be >= 0, got {repair_retries}")
+        self.max_tokens = (
+            int(max_tokens) if max_tokens is not None else None
+        )  # a reply's cap when the role sets none
+        self.context_window = int(context_window) if context_window is not None else None
+        self.repair_retries = int(repair_retries)
         self._breaker_lock = threading.Lock()
         self._consecutive_failures = 0
         self._open: str | None = None  # the breaker's message once it has opened
@@ -141,14 +167,52 @@ class LLM:
             if req.temperature is not None
             else (self.judge_temperature if judge else self.temperature),
             "json_mode": req.json_schema is not None,
-            "max_tokens": req.max_tokens,
+            "max_tokens": req.max_tokens or self.max_tokens,
         }
         if req.sample:
             params["seed"] = req.sample
         return model, params
 
     def chat(self, req: ChatRequest) -> ChatResult:
+        """The reply to ``req``; a JSON role's unusable reply is repaired up to ``repair_retries`` times."""
+        res = self._chat_once(req)
+        while self.needs_repair(req, res):
+            req, res = self._repair(req, res, res.parse_error.message)
+        return res
+
+    def needs_repair(self, req: ChatRequest, res: ChatResult) -> bool:
+        """Whether ``res`` is a JSON reply that did not parse and may be asked again (never offline: the offline
+        roles are code, and a repair would only repeat them)."""
+        return (
+            res.parse_error is not None and res.error is None and not self.offline
+            and req.repair < self.repair_retries
+        )  # fmt: skip
+
+    def repair(
+        self, req: ChatRequest, res: ChatResult, problem: str
+    ) -> tuple[ChatRequest, ChatResult] | None:
+        """One repair turn after ``res``, an unusable reply to ``req`` (``problem``: why, in one line): the repair
+        request and its result, or None when no repair is left (``repair_retries``) or possible (offline, a
+        failed call). Callers with their own reading of a reply (the judge's verdict) use this; JSON roles get it
+        inside ``chat``."""
+        if res.error is not None or self.offline or req.repair >= self.repair_retries:
+            return None
+        return self._repair(req, res, problem)
+
+    def _repair(self, req: ChatRequest, res: ChatResult, problem: str) -> tuple[ChatRequest, ChatResult]:
+        tpl = load_template(REPAIR_TEMPLATE)
+        follow = tpl.render({"problem": " ".join(problem.split())[:REPAIR_PROBLEM_CHARS]})
+        fixed = dataclasses.replace(
+            req,
+            messages=(*req.messages, {"role": "assistant", "content": res.text[:REPAIR_ECHO_CHARS]}, *follow),
+            template_version=f"{req.template_version}+{tpl.name}{tpl.version}",
+            repair=req.repair + 1,
+        )
+        return fixed, self._chat_once(fixed, repair_of=res.prompt_hash)
+
+    def _chat_once(self, req: ChatRequest, repair_of: str | None = None) -> ChatResult:
         model, params = self.params_for(req)
+        extra = {"repair": req.repair, "repair_of": repair_of} if req.repair else {}
         key = cache_key(
             backend=self.backend.cache_identity(),
             model=model,
@@ -164,10 +228,19 @@ class LLM:
         t0 = time.perf_counter()
         hit = self.cache.get(key, req.phase)
         if hit is not None:
-            return self._finish(req, model, key, hit.text, hit.tokens_in, hit.tokens_out, t0, cached=True)
+            return self._finish(
+                req, model, key, hit.text, hit.tokens_in, hit.tokens_out, t0, cached=True, **extra
+            )
         if self.backend.cache_only:
             raise ReplayMiss(key, req.phase, req.template)
         est_in = count_tokens(req.prompt_text)
+        window = self.context_window
+        if window is not None and est_in + (params["max_tokens"] or 0) > window:
+            reason = (
+                f"prompt of about {est_in} tokens ({req.template}) plus the reply's cap of {params['max_tokens']} "
+                f"exceeds llm.context_window={window}: not sent (the server would refuse or cut it)"
+            )
+            return self._failed(req, model, key, est_in, t0, TransportError(reason), breaker=False, **extra)
         try:
             reply = self.backend.complete(
                 req, model, params | {"est_tokens": est_in + (req.max_tokens or load_est(req.template))}
@@ -175,7 +248,7 @@ class LLM:
             if self.backend.makes_network_calls and not usable(reply.text):  # backstop: no reply is no answer
                 raise TransportError("empty reply", retries=reply.retries)
         except TransportError as exc:
-            return self._failed(req, model, key, est_in, t0, exc)
+            return self._failed(req, model, key, est_in, t0, exc, **extra)
         with self._breaker_lock:
             self._consecutive_failures = 0
         estimated = reply.tokens_in is None or reply.tokens_out is None
@@ -191,19 +264,22 @@ class LLM:
         )
         return self._finish(
             req, model, key, reply.text, tokens_in, tokens_out, t0, cached=False, estimated=estimated,
-            retries=reply.retries,
+            retries=reply.retries, **extra,
         )  # fmt: skip
 
     def _failed(
-        self, req: ChatRequest, model: str, key: str, est_in: int, t0: float, exc: TransportError
-    ) -> ChatResult:
-        """A call that got no usable reply after its retries: booked, counted by the breaker, never cached."""
+        self, req: ChatRequest, model: str, key: str, est_in: int, t0: float, exc: TransportError,
+        breaker: bool = True, **extra: Any,
+    ) -> ChatResult:  # fmt: skip
+        """A call that got no usable reply after its retries: booked, counted by the breaker (unless it was never
+        sent: ``breaker`` False), never cached."""
         latency = (time.perf_counter() - t0) * 1000
         self._book(
             req, model, key, est_in, 0, latency, cached=False, ok=False, estimated=True, error=str(exc),
-            retries=exc.retries,
+            retries=exc.retries, **extra,
         )  # fmt: skip
-        self._count_failure(str(exc))
+        if breaker:
+            self._count_failure(str(exc))
         return self._result(
             req, model, key, "", est_in, 0, latency, cached=False, data=None, failure=None, estimated=True,
             error=f"transport: {exc}",
@@ -265,13 +341,14 @@ class LLM:
         cached: bool,
         estimated: bool = False,
         retries: int = 0,
+        **extra: Any,
     ) -> ChatResult:
         data, failure = parse_reply(text, req.json_schema) if req.json_schema is not None else (None, None)
         latency = (time.perf_counter() - t0) * 1000
         estimated = estimated or bool(self.backend.offline)
         self._book(
             req, model, key, tokens_in, tokens_out, latency, cached=cached, ok=failure is None,
-            estimated=estimated, retries=retries, parse_error=failure.kind if failure else None,
+            estimated=estimated, retries=retries, parse_error=failure.kind if failure else None, **extra,
         )  # fmt: skip
         return self._result(
             req, model, key, text, tokens_in, tokens_out, latency, cached=cached, data=data, failure=failure,

@@ -159,6 +159,34 @@ def totals_of(lines: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     return _summed({phase: _copy(t) for phase, t in sorted(per_phase.items())})
 
 
+def roles_of(lines: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per template (role), from ``calls.jsonl`` lines: ``calls`` (first asks), ``invalid`` (first asks whose
+    reply could not be used: it did not parse, or it was repaired), ``repairs`` (repair turns,
+    ``allmem.llm.client.LLM.repair``), ``unusable`` (JSON replies still unparsed after the last repair: the
+    caller's fallback took over, ATC skipped, a descriptor kept the evidence), ``failed`` (calls with no reply
+    after their retries, or never sent), and the rates of ``invalid`` and ``unusable`` over ``calls``. A judge's
+    final invalid verdicts are its own (metrics.json ``judge``)."""
+    lines = list(lines)
+    replaced = {str(line["repair_of"]) for line in lines if line.get("repair_of")}
+    out: dict[str, dict[str, Any]] = {}
+    for line in lines:
+        t = out.setdefault(
+            str(line.get("template") or "?"),
+            {"calls": 0, "invalid": 0, "repairs": 0, "unusable": 0, "failed": 0},
+        )
+        first = not line.get("repair")
+        bad = line.get("parse_error") is not None
+        t["calls"] += first
+        t["repairs"] += not first
+        t["invalid"] += first and (bad or str(line.get("prompt_hash")) in replaced)
+        t["unusable"] += bad and str(line.get("prompt_hash")) not in replaced
+        t["failed"] += line.get("error") is not None
+    for t in out.values():
+        t["invalid_rate"] = t["invalid"] / t["calls"] if t["calls"] else None
+        t["unusable_rate"] = t["unusable"] / t["calls"] if t["calls"] else None
+    return dict(sorted(out.items()))
+
+
 def _summed(out: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per-phase totals plus ``all``."""
     total = _empty()

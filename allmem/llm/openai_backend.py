@@ -57,6 +57,7 @@ class OpenAIBackend:
         tpm: int | None = None,
         sleep: Callable[[float], None] = time.sleep,
         pacing_file: str | Path | None = None,
+        json_schema: bool = False,
     ) -> None:
         if not base_url:
             raise LLMError("llm.base_url: required for backend openai (e.g. https://api.openai.com/v1)")
@@ -65,6 +66,9 @@ class OpenAIBackend:
                 "llm.api_key_env: required for backend openai (the NAME of an environment variable)"
             )
         self.model = model
+        # JSON roles send their template's schema inside response_format (llama.cpp's server turns it into a
+        # grammar, so a small model's reply has the schema's shape); OpenAI's own API takes json_object only.
+        self.json_schema = bool(json_schema)
         self.base_url = base_url.rstrip("/")
         self.api_key_env = api_key_env
         self.timeout_s = float(timeout_s)
@@ -125,6 +129,8 @@ class OpenAIBackend:
         }
         if params.get("json_mode"):
             kwargs["response_format"] = {"type": "json_object"}
+            if self.json_schema and req.json_schema is not None:
+                kwargs["response_format"]["schema"] = dict(req.json_schema)
         if params.get("max_tokens"):
             kwargs["max_tokens"] = params["max_tokens"]
         if params.get("seed") is not None:

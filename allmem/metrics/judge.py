@@ -112,8 +112,15 @@ def judge_record(
             for i in range(votes_n):
                 llm.chat(build_request(template, variables, sample=i))
         return None
-    results = [llm.chat(build_request(template, variables, sample=i)) for i in range(votes_n)]
+    requests = [build_request(template, variables, sample=i) for i in range(votes_n)]
+    results = [llm.chat(req) for req in requests]
     votes = [proto.parse_verdict(r) for r in results]
+    for i, req in enumerate(
+        requests
+    ):  # a reply with no verdict is asked again (llm.repair_retries), then invalid
+        while votes[i] == "invalid" and (fixed := _repair(llm, req, results[i])) is not None:
+            req, results[i] = fixed
+            votes[i] = proto.parse_verdict(results[i])
     verdict, agreement = _majority(votes) if votes_n > 1 else (votes[0], 1.0)
     out: dict[str, Any] = {
         "verdict": verdict,
@@ -131,6 +138,15 @@ def judge_record(
     if errors:  # a failed call is no verdict: the runner records the question as failed
         out["error"] = errors[0]
     return out
+
+
+VERDICT_PROBLEM = "it gives no verdict in the form the instructions ask for"
+
+
+def _repair(llm: Any, req: Any, res: Any) -> tuple[Any, Any] | None:
+    """The repair request and its result after ``res`` gave no verdict, or None when none is left."""
+    repair = getattr(llm, "repair", None)  # test doubles without one get no repair
+    return repair(req, res, VERDICT_PROBLEM) if repair is not None else None
 
 
 def judge_records(

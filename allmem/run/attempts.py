@@ -20,7 +20,7 @@ from typing import Any
 
 from allmem.errors import ConfigError, RunCorrupt, RunLocked, expected_errors, is_environment_error
 from allmem.fingerprint import source_fingerprint
-from allmem.llm.ledger import totals_of
+from allmem.llm.ledger import roles_of, totals_of
 from allmem.paths import repo_root
 from allmem.run import asking, files
 from allmem.types import RECORD_VERSION, Dialogue
@@ -278,7 +278,9 @@ def kept_call(run_dir: Path) -> Callable[[dict[str, Any]], bool]:
 
 def run_cost(run_dir: Path) -> dict[str, Any]:
     """``cost``: LLM totals of the calls behind the kept results (``kept_call``), so a resumed run costs what an
-    uninterrupted one does. ``cost_all_attempts``: every call booked, abandoned work included (what was spent)."""
+    uninterrupted one does. ``cost_all_attempts``: every call booked, abandoned work included (what was spent).
+    ``llm_roles``: per role, how many replies were invalid, repaired, unusable, failed (``ledger.roles_of``)."""
     calls = files.read_jsonl(run_dir / files.CALLS)
     kept = kept_call(run_dir)
-    return {"cost": totals_of([c for c in calls if kept(c)]), "cost_all_attempts": totals_of(calls)}
+    mine = [c for c in calls if kept(c)]
+    return {"cost": totals_of(mine), "cost_all_attempts": totals_of(calls), "llm_roles": roles_of(mine)}
