@@ -62,6 +62,24 @@ def test_json_schema_mode_sends_the_templates_schema_and_the_reply_cap(stub: Stu
     assert body["max_tokens"] == 256
 
 
+def test_grammar_mode_sends_a_judges_verdict_grammar_and_keys_the_cache_by_it(
+    stub: StubLLM, tmp_path: Path
+) -> None:
+    """``llm.grammar`` (llm=local): a judge template's ``@@ grammar`` goes as the request's ``grammar`` field
+    and into the cache key; a backend without the mode sends none and keeps its keys."""
+    from allmem.llm.prompts import build_request, load_template
+
+    req = build_request("judge_allmem_default", {"question": "q", "gold": "g", "response": "r"})
+    assert req.grammar == load_template("judge_allmem_default").grammar and "[[" in req.grammar
+    llm = make(stub, tmp_path, grammar=True)
+    stub.script(("content", "Right. [[yes]]"))
+    assert llm.chat(req).text == "Right. [[yes]]"
+    assert stub.requests[0].body["grammar"] == req.grammar
+    assert llm.params_for(req)[1]["grammar"] == req.grammar
+    plain = make(stub, tmp_path, run="plain")
+    assert "grammar" not in plain.params_for(req)[1] and "json_schema" not in plain.params_for(req)[1]
+
+
 def test_429_then_success_retries_exactly_once(stub: StubLLM, tmp_path: Path) -> None:
     llm = make(stub, tmp_path)
     stub.script(("status", 429))

@@ -57,7 +57,7 @@ def test_a_bad_json_reply_is_repaired_once_and_the_repair_sees_it(tmp_path: Path
 
 def test_a_reply_still_bad_after_the_last_repair_fails_closed_and_is_counted(tmp_path: Path) -> None:
     bad = {"summary": "", "keywords": []}  # parses, but breaks the schema (minLength 1)
-    llm = scripted(tmp_path, {"descriptor": [bad, "{\"summary\": x}", bad, GOOD]}, repair_retries=2)
+    llm = scripted(tmp_path, {"descriptor": [bad, '{"summary": x}', bad, GOOD]}, repair_retries=2)
     res = llm.chat(build_request("descriptor", DESCRIPTOR))
     assert res.data is None and res.parse_error.kind == "schema"  # the caller's fallback takes over
     lines = calls(tmp_path)

@@ -74,6 +74,9 @@ class ChatRequest:
     sample: int = 0
     payload: Any = field(default=None, compare=False, repr=False)
     temperature: float | None = None
+    grammar: str | None = (
+        None  # the template's ``@@ grammar`` (GBNF): decoding constraint where a backend takes one
+    )
     repair: int = 0  # how many repair turns (``LLM.repair``) this request holds after its template's messages
 
     def __post_init__(self) -> None:

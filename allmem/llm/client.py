@@ -169,6 +169,12 @@ class LLM:
             "json_mode": req.json_schema is not None,
             "max_tokens": req.max_tokens or self.max_tokens,
         }
+        # decoding constraints the backend applies are part of the request, so of the cache key; a backend that
+        # takes none gets none, and its keys are as before (``llm.json_schema``, ``llm.grammar``: llm=local)
+        if req.json_schema is not None and getattr(self.backend, "json_schema", False):
+            params["json_schema"] = dict(req.json_schema)
+        if req.grammar and getattr(self.backend, "grammar", False):
+            params["grammar"] = req.grammar
         if req.sample:
             params["seed"] = req.sample
         return model, params

@@ -58,6 +58,7 @@ class OpenAIBackend:
         sleep: Callable[[float], None] = time.sleep,
         pacing_file: str | Path | None = None,
         json_schema: bool = False,
+        grammar: bool = False,
     ) -> None:
         if not base_url:
             raise LLMError("llm.base_url: required for backend openai (e.g. https://api.openai.com/v1)")
@@ -66,9 +67,12 @@ class OpenAIBackend:
                 "llm.api_key_env: required for backend openai (the NAME of an environment variable)"
             )
         self.model = model
-        # JSON roles send their template's schema inside response_format (llama.cpp's server turns it into a
-        # grammar, so a small model's reply has the schema's shape); OpenAI's own API takes json_object only.
+        # Decoding constraints of llama.cpp's server (llm=local): JSON roles send their template's schema inside
+        # response_format, which it turns into a grammar, so a small model's reply has the schema's shape; a
+        # template's ``@@ grammar`` (a judge's verdict tag) goes as its ``grammar`` field. OpenAI's own API takes
+        # neither (json_object only). The client puts both into the request's params, so into the cache key.
         self.json_schema = bool(json_schema)
+        self.grammar = bool(grammar)
         self.base_url = base_url.rstrip("/")
         self.api_key_env = api_key_env
         self.timeout_s = float(timeout_s)
@@ -129,8 +133,10 @@ class OpenAIBackend:
         }
         if params.get("json_mode"):
             kwargs["response_format"] = {"type": "json_object"}
-            if self.json_schema and req.json_schema is not None:
-                kwargs["response_format"]["schema"] = dict(req.json_schema)
+            if params.get("json_schema"):
+                kwargs["response_format"]["schema"] = params["json_schema"]
+        if params.get("grammar"):
+            kwargs["extra_body"] = {"grammar": params["grammar"]}
         if params.get("max_tokens"):
             kwargs["max_tokens"] = params["max_tokens"]
         if params.get("seed") is not None:

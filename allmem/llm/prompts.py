@@ -15,6 +15,8 @@ Each template is one file ``allmem/llm/prompts/<name>.txt``::
     ... {{evidence}} ...
     @@ schema                     <- optional: the JSON Schema (subset) the reply must match; implies JSON mode
     {...}
+    @@ grammar                    <- optional: a GBNF grammar of the reply's form (a judge's verdict tag), sent only
+    root ::= ...                     to backends that constrain decoding with one (llama.cpp: ``llm.grammar``)
 
 ``{{name}}`` placeholders are used instead of ``str.format`` so that prompts can show literal JSON braces.
 """
@@ -48,6 +50,7 @@ class Template:
     schema: Mapping[str, Any] | None
     est_tokens_out: int
     header: str
+    grammar: str | None = None
 
     @property
     def variables(self) -> tuple[str, ...]:
@@ -94,10 +97,12 @@ def parse_template(path: Path) -> Template:
     if meta["phase"] not in PHASES:
         raise ValueError(f"{path}: phase {meta['phase']!r} is not one of {PHASES}")
     messages: list[tuple[str, str]] = []
-    schema = None
+    schema = grammar = None
     for role, lines in sections:
         text = "\n".join(lines).strip("\n")
-        if role == "schema":
+        if role == "grammar":
+            grammar = text
+        elif role == "schema":
             try:
                 schema = json.loads(text)
             except json.JSONDecodeError as exc:
@@ -105,7 +110,9 @@ def parse_template(path: Path) -> Template:
         elif role in _ROLES:
             messages.append((role, text))
         else:
-            raise ValueError(f"{path}: unknown section '@@ {role}' (use system, user, assistant, schema)")
+            raise ValueError(
+                f"{path}: unknown section '@@ {role}' (use system, user, assistant, schema, grammar)"
+            )
     if not messages:
         raise ValueError(f"{path}: no message sections (@@ system / @@ user)")
     try:
@@ -121,6 +128,7 @@ def parse_template(path: Path) -> Template:
         schema=schema,
         est_tokens_out=est,
         header="\n".join(header_lines),
+        grammar=grammar,
     )
 
 
@@ -157,6 +165,7 @@ def build_request(
         messages=tpl.render(variables),
         variables=dict(variables),
         json_schema=tpl.schema,
+        grammar=tpl.grammar,
         model=model,
         max_tokens=max_tokens,
         sample=sample,
