@@ -1,5 +1,6 @@
-"""``allmem judge RUN_DIR [llm overrides] [--graded]``: judge a finished run's saved answers again, with another
-judge, more votes or the graded template, without answering again.
+"""``allmem judge RUN_DIR [llm overrides] [--graded | --sanity]``: judge a finished run's saved answers again, with
+another judge, more votes or the graded template, without answering again; ``--sanity``: how often the judge
+accepts known-wrong and known-right answers to the run's questions (``allmem.metrics.judge_sanity``).
 
 The run is read as data (``files.read_config_data``, the predictions through the scorer's validating reader) and
 its lock is held while judging, so no ``allmem run`` resumes it meanwhile. Nothing of the run's own files
@@ -188,6 +189,40 @@ def judge_run(run_dir: Path, overrides: Sequence[str] = (), graded: bool = False
     return folder
 
 
+def sanity_run(run_dir: Path, overrides: Sequence[str] = ()) -> Path:
+    """``allmem judge --sanity``: the judge's acceptance of known-wrong and known-right answers to ``run_dir``'s
+    questions, into ``<run>/judges/<key>-sanity/sanity.json`` (with the judge's identity and its ledger)."""
+    from allmem.errors import ConfigError, RunFailed
+    from allmem.llm import build_llm
+    from allmem.metrics import load_predictions
+    from allmem.metrics.judge_sanity import SANITY, sanity
+    from allmem.metrics.protocols import as_protocol
+    from allmem.run.attempts import RunLock
+
+    run_dir = Path(run_dir)
+    if not files.is_complete(run_dir):
+        raise ConfigError(f"{run_dir}: not a complete run (no {files.DONE}); finish it with allmem run first")
+    stored = files.read_config_data(run_dir)
+    protocol = as_protocol(stored.get("protocol") or {"name": "allmem"})
+    llm_cfg = _llm_config(overrides)
+    records = load_predictions(run_dir / files.PREDICTIONS)
+    with RunLock(run_dir):
+        ident = identity_of(llm_cfg, protocol, False, {i: r for i, r in enumerate(records)})
+        folder = run_dir / JUDGES / f"{key_of(ident)}-sanity"
+        folder.mkdir(parents=True, exist_ok=True)
+        files.write_json(folder / JUDGE_INFO, ident)
+        llm = build_llm(llm_cfg, run_dir=folder)
+        if not llm.can_judge:
+            raise ConfigError(
+                f"llm backend {llm_cfg.get('backend')!r} cannot judge; use llm=local or llm=openai"
+            )
+        out = sanity(llm, records, protocol)
+        if out["failed"]:
+            raise RunFailed(f"{out['failed']} judge call(s) failed in {folder}; run the same command again")
+        files.write_json(folder / SANITY, out | {"judge_identity": ident})
+    return folder
+
+
 def verdicts_of(folder: Path) -> dict[tuple[str, str], dict[str, Any]]:
     """(dialogue_id, question_id, ask point) → the judge dict of one judge folder (a line without ``ask``: end)."""
     path = folder / VERDICTS
@@ -254,11 +289,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("overrides", nargs="*", help="llm overrides: llm=openai llm.judge.model=gpt-4o ...")
     parser.add_argument("--graded", action="store_true", help="correct / partial / wrong / abstain verdicts")
+    parser.add_argument("--sanity", action="store_true",
+                        help="judge known-wrong and known-right answers to the run's questions instead "
+                        "(allmem.metrics.judge_sanity): how often the judge accepts each")  # fmt: skip
     args = parser.parse_args(argv)
     from allmem.errors import expected_errors, one_line
 
     try:
-        folder = judge_run(args.run_dir, args.overrides, args.graded)
+        if args.sanity:
+            folder = sanity_run(args.run_dir, args.overrides)
+        else:
+            folder = judge_run(args.run_dir, args.overrides, args.graded)
     except expected_errors() as exc:
         print(f"allmem judge: error: {one_line(exc)}", file=sys.stderr)
         return 1
