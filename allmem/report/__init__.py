@@ -5,6 +5,7 @@ allmem report table1 fig3 --runs results/runs/paper --out results   # paper targ
                                                                     # LongMemEval-s
 allmem report sweep --runs results/runs/sweeps/NAME --out results/sweeps/NAME   # any multirun
 allmem report DIR [--out FILE] [--figures DIR]                      # overview of every run under DIR
+allmem report llm --runs results/runs/llm --out results/llm          # what a real model did, per role (llm_roles)
 
 Defaults are under the results folder (``ALLMEM_RESULTS``, else ``<repo>/results``), as for ``allmem run``; a
 relative path given is relative to the current folder, as ``run.root=`` is.
@@ -98,6 +99,8 @@ def _main(argv: list[str]) -> int:
         from allmem.report.site import main as site_main
 
         return site_main(argv[1:])
+    if argv and argv[0] == "llm":
+        return _llm_roles(argv[1:])
     if argv and Path(argv[0]).is_dir():
         return _overview(argv)
     from allmem.report.targets import ALIASES, GROUPS, TARGETS
@@ -140,4 +143,21 @@ def _main(argv: list[str]) -> int:
         args.allow_mixed_code,
         args.judge,
     )
+    return 0
+
+
+def _llm_roles(argv: list[str]) -> int:
+    from allmem.report import llm_roles
+    from allmem.report.runs import find_runs
+
+    parser = argparse.ArgumentParser(prog="allmem report llm", description=llm_roles.__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--runs", type=Path, required=True, help="the run root (make table1-llm: results/runs/llm)"
+    )
+    parser.add_argument("--out", type=Path, required=True, help="writes <out>/tables/llm_roles.md")
+    args = parser.parse_args(argv)
+    runs = find_runs(args.runs)
+    if not runs:
+        raise ConfigError(f"{args.runs}: no complete run directory")
+    print(f"[allmem] llm roles: {llm_roles.write(runs, args.out)}")
     return 0

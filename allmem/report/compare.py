@@ -21,7 +21,15 @@ METRIC_NAMES = {"judge": "4o-J", "f1": "F1", "bleu1": "BLEU-1", "rougeL": "ROUGE
 OVERALL = "overall"
 
 
-def metric_title(name: str) -> str:
+PAPER_JUDGE = (
+    "gpt-4o"  # the judge the paper's "4o-J" names; any other judge's column is headed with its own name
+)
+
+
+def metric_title(name: str, judge_model: str | None = None) -> str:
+    """A metric's column title; the judge's is "4o-J" only when the paper's judge judged (``judge_model``)."""
+    if name == "judge" and judge_model and judge_model != PAPER_JUDGE:
+        return f"J ({judge_model})"
     return METRIC_NAMES.get(name, name)
 
 

@@ -33,6 +33,14 @@ class Run:
         return str(self.cfg.method.name)
 
     @property
+    def judge_model(self) -> str | None:
+        """The model that judged this run's answers (``llm.judge.model``, else ``llm.model``), None offline."""
+        llm = self.cfg.get("llm") or {}
+        if str(llm.get("backend", "offline")) == "offline" or self.metrics.get("backend", {}).get("offline"):
+            return None
+        return str((llm.get("judge") or {}).get("model") or llm.get("model") or "") or None
+
+    @property
     def dataset(self) -> str:
         return str(self.cfg.dataset.name)
 

@@ -13,7 +13,8 @@ from omegaconf import OmegaConf
 
 from allmem.defaults import CONFIG_DIR
 from allmem.report import stats, views
-from allmem.report.compare import OVERALL, by_dialogue, cell, compare, metric_title
+from allmem.report.compare import OVERALL, by_dialogue, cell, compare
+from allmem.report.compare import metric_title as compare_title
 from allmem.report.items import end_frame
 from allmem.report.provenance import DATASET_TITLES
 from allmem.report.runs import Run
@@ -142,8 +143,19 @@ def _judge_note(runs: Sequence[Run]) -> str:
     return ""
 
 
+def judge_of(runs: Sequence[Run]) -> str | None:
+    """The judges' model names, joined, when any run was judged (headed in place of "4o-J" unless gpt-4o)."""
+    models = sorted({m for r in runs if r.judge is None and (m := r.judge_model)})
+    return ", ".join(models) or None
+
+
 def markdown_for(table: pd.DataFrame, runs: Sequence[Run], dataset: str) -> str:
     metrics = table_metrics(runs)
+    judge = judge_of(runs)
+
+    def metric_title(name: str) -> str:  # the judge's column named by its model
+        return compare_title(name, judge)
+
     labels = list(dict.fromkeys(table["label"]))
     title = DATASET_TITLES.get(dataset, dataset)
     all_rows = table[table["subset"] == "all"]
