@@ -15,6 +15,7 @@ export TOKENIZERS_PARALLELISM := false
 # `make lock` refreshes it with uv (pinned here) to the newest versions pyproject.toml's ranges allow;
 # `make test-latest` runs the suite on those in a throwaway venv first (docs/REPRODUCE.md, "Setup").
 LOCK ?= requirements.lock
+LLM_LOCK := requirements-llm.lock
 LOCK_EXTRAS := dev onnx
 LOCK_PYTHON := 3.11
 LOCK_PLATFORM := x86_64-manylinux_2_28
@@ -54,7 +55,7 @@ NAME ?= sweep
 ARGS ?=
 SWEEPS ?= results/runs/sweeps
 
-.PHONY: help setup lock test-latest test test-fast reproduce lint format clean bench bench-scale sweep site chromium mgw-data $(PAPER_TARGETS)
+.PHONY: help setup lock test-latest test test-fast llm-server llm-stop test-llm reproduce lint format clean bench bench-scale sweep site chromium mgw-data $(PAPER_TARGETS)
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-12s %s\n", $$1, $$2}'
@@ -67,7 +68,7 @@ $(STAMP): pyproject.toml setup.py $(LOCK)
 	@test -x $(PY) || $(PY_SYS) -m venv $(VENV)
 	$(PY) -m pip install -q --retries 1 --require-hashes --no-deps -r $(LOCK) $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 	$(PY) -m pip install -q --no-deps -e .
-	$(PY) scripts/lock.py check $(LOCK)
+	$(PY) scripts/lock.py check $(LOCK) --or $(dir $(LOCK))$(LLM_LOCK)
 	@touch $(STAMP)
 
 setup: $(STAMP) ## Create .venv with exactly requirements.lock (torch's CPU build), then allmem; idempotent
@@ -78,6 +79,10 @@ lock: ## Refresh requirements.lock: the newest versions pyproject.toml's ranges 
 		--upgrade --generate-hashes --python-version $(LOCK_PYTHON) --python-platform $(LOCK_PLATFORM) $(LOCK_SOURCES) \
 		--custom-compile-command "make lock" -o $(LOCK)
 	@echo "[lock] wrote $(LOCK): $$(grep -c '^[A-Za-z0-9].*==' $(LOCK)) packages"
+	printf '%s\n' "$(TORCH)" pip | $(TOOLS)/bin/uv pip compile -q pyproject.toml - $(foreach e,$(LOCK_EXTRAS) llm,--extra $(e)) \
+		--constraint $(LOCK) --generate-hashes --python-version $(LOCK_PYTHON) --python-platform $(LOCK_PLATFORM) \
+		$(LOCK_SOURCES) --custom-compile-command "make lock" -o $(dir $(LOCK))$(LLM_LOCK)
+	@echo "[lock] wrote $(dir $(LOCK))$(LLM_LOCK): $(LOCK) plus the llm extra (llm=local's server)"
 
 test-latest: ## The suite on the newest versions the ranges allow (throwaway venv); prints what differs from the lock
 	rm -rf $(LATEST) && mkdir -p $(LATEST)
@@ -89,7 +94,25 @@ test: $(STAMP) lint ## Lint, then run the whole test suite (offline; what CI run
 	$(PY) -m pytest  # testpaths (pyproject.toml): tests/ and examples/
 
 test-fast: $(STAMP) ## The suite without the tests marked slow (real LoCoMo, real embedding model, over ~10 s)
-	$(PY) -m pytest -m "not slow"
+	$(PY) -m pytest -m "not slow and not llm"
+
+# llm=local: llama.cpp's server with a real model (allmem/llm/local_server.py; configs/llm/local.yaml holds the
+# model, port and context). LLM_ARGS: llm overrides, e.g. LLM_ARGS="llm.base_url=http://127.0.0.1:9000/v1".
+LLM_ARGS ?=
+LLM_STAMP := $(VENV)/.llm-installed
+$(LLM_STAMP): $(STAMP) $(LLM_LOCK)
+	$(VENV)/bin/allmem llm install
+	$(PY) scripts/lock.py check $(LLM_LOCK)
+	@touch $(LLM_STAMP)
+
+llm-server: $(LLM_STAMP) ## Start the local model's server (llama.cpp; SmolLM2-135M from its PyPI wheel) for llm=local; idempotent
+	$(VENV)/bin/allmem llm start $(LLM_ARGS)
+
+llm-stop: ## Stop the local model's server
+	$(VENV)/bin/allmem llm stop $(LLM_ARGS)
+
+test-llm: $(LLM_STAMP) ## The real-model tier (pytest -m llm): every LLM role against the local server it starts
+	$(PY) -m pytest -m llm
 
 reproduce: $(STAMP) ## Table 1 on the full LoCoMo (every method, offline backend), with its cost tables; prints it
 	$(EXPERIMENTS) table1

@@ -7,7 +7,8 @@
     allmem paper run|list TARGET...       run (or list) the experiments of paper tables and figures: table1 fig3
     allmem download locomo|longmemeval_s|_m|_oracle  fetch a public dataset into data/ and verify it
     allmem compare A B                    whether two run directories (or run roots) hold the same results
-    allmem judge RUN_DIR [llm=...] [--graded]  judge a finished run's answers again, into RUN_DIR/judges/<key>/
+    allmem judge RUN_DIR [llm=...] [--graded|--sanity]  judge a finished run's answers again, into RUN_DIR/judges/<key>/
+    allmem llm install|start|stop|status  the local model's server (llama.cpp on 127.0.0.1) that llm=local uses
     allmem merge RUN_DIR                  seal a run made in shards (run.shard=i/n) once every shard is done
 
 ``allmem run --help`` shows Hydra's help with every config group and its options. Expected errors (bad config
@@ -156,7 +157,7 @@ def _point_labels(points: list[list[str]]) -> list[str]:
 # Each command's module, whose ``main(argv)`` it runs (``run`` is Hydra's, above).
 _COMMANDS = {"score": "allmem.metrics", "report": "allmem.report", "paper": "allmem.experiments",
              "compare": "allmem.run.compare", "merge": "allmem.run.shards", "judge": "allmem.run.rejudge",
-             "download": "benchmarks.download"}  # fmt: skip
+             "download": "benchmarks.download", "llm": "allmem.llm.local_server"}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -70,6 +70,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     check = sub.add_parser("check", help="the environment equals the union of the locks, or exit 1")
     check.add_argument("locks", nargs="+", type=Path)
     check.add_argument("--python", default=sys.executable, help="the environment's interpreter")
+    check.add_argument(
+        "--or",
+        dest="alternative",
+        type=Path,
+        default=None,
+        help="a lock the environment may equal instead (requirements-llm.lock: the llm extra installed)",
+    )
     diff = sub.add_parser("diff", help="how lock B differs from lock A (exit 0 either way)")
     diff.add_argument("a", type=Path)
     diff.add_argument("b", type=Path)
@@ -91,6 +98,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         for lock in args.locks:
             want.update(read_lock(lock))
         have = installed(args.python)
+        if args.alternative is not None and args.alternative.exists():
+            other = read_lock(args.alternative)
+            if not differences(other, have, ("", "")):
+                print(f"[lock] the environment equals {args.alternative} ({len(other)} packages)")
+                return 0
     except (OSError, ValueError, subprocess.CalledProcessError) as exc:
         print(f"scripts/lock.py: error: {exc}", file=sys.stderr)
         return 2

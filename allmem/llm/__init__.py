@@ -48,7 +48,7 @@ __all__ = [
 # The client's own keys; every other key of the ``llm`` node is an argument of the backend class its ``_target_``
 # names (``configs/llm/*.yaml``), so a backend added later declares its settings by its constructor alone.
 CLIENT_KEYS = frozenset({"_target_", "backend", "temperature", "max_concurrency", "breaker_after", "cache", "judge",
-                         "dry_run", "prices", "max_tokens", "context_window", "repair_retries"})  # fmt: skip
+                         "dry_run", "prices", "max_tokens", "context_window", "repair_retries", "server"})  # fmt: skip
 # Backend arguments build_llm supplies, never the config: ``pacing_file``, the run directory's shared rpm / tpm
 # windows (``allmem.llm.limiter``), so the limits hold for the whole run across its processes.
 SERVICES = frozenset({"pacing_file"})

@@ -30,6 +30,9 @@ def scrub(text: str, secret: str | None) -> str:
     return text.replace(secret, "***") if secret else text
 
 
+NO_KEY = "no-key"  # sent where llm.api_key_env is null: the local server ignores it
+
+
 class OpenAIBackend:
     """Chat completions over HTTP; one client shared by threads (the client is thread-safe)."""
 
@@ -44,7 +47,7 @@ class OpenAIBackend:
         *,
         model: str,
         base_url: str,
-        api_key_env: str = "OPENAI_API_KEY",
+        api_key_env: str | None = "OPENAI_API_KEY",
         timeout_s: float = 60.0,
         connect_timeout_s: float = 5.0,
         max_retries: int = 4,
@@ -59,13 +62,11 @@ class OpenAIBackend:
         pacing_file: str | Path | None = None,
         json_schema: bool = False,
         grammar: bool = False,
+        label: str = "openai",
     ) -> None:
         if not base_url:
             raise LLMError("llm.base_url: required for backend openai (e.g. https://api.openai.com/v1)")
-        if not api_key_env:
-            raise LLMError(
-                "llm.api_key_env: required for backend openai (the NAME of an environment variable)"
-            )
+        self.name = str(label)  # what results and the cache call this backend (llm=local: local)
         self.model = model
         # Decoding constraints of llama.cpp's server (llm=local): JSON roles send their template's schema inside
         # response_format, which it turns into a grammar, so a small model's reply has the schema's shape; a
@@ -100,15 +101,16 @@ class OpenAIBackend:
     def _get_client(self) -> Any:
         with self._lock:
             if self._client is None:
-                key = os.environ.get(self.api_key_env)
+                # api_key_env null: a server that takes no key (llama.cpp on 127.0.0.1); the client needs a string
+                key = os.environ.get(self.api_key_env) if self.api_key_env else NO_KEY
                 if not key:
                     raise LLMError(
                         f"llm.api_key_env: environment variable {self.api_key_env} is not set "
-                        "(backend openai reads its key only from there)"
+                        f"(backend {self.name} reads its key only from there)"
                     )
                 import openai
 
-                self._key = key
+                self._key = key if self.api_key_env else None  # nothing secret to scrub
                 # the client's own Timeout: the HTTP library underneath is the client's business (it changed
                 # from httpx to httpx2 within openai 3.x, and an httpx.Timeout is refused there)
                 timeout = openai.Timeout(self.timeout_s, connect=self.connect_timeout_s)
@@ -149,7 +151,7 @@ class OpenAIBackend:
                 exc, openai.AuthenticationError | openai.PermissionDeniedError | openai.NotFoundError
             ):
                 return LLMError(
-                    scrub(f"backend openai at {self.base_url}: {type(exc).__name__}: {exc}", self._key)
+                    scrub(f"backend {self.name} at {self.base_url}: {type(exc).__name__}: {exc}", self._key)
                 )
             if isinstance(exc, openai.APIStatusError):  # other 4xx: this request is bad, the run is not
                 return TransportError(

@@ -69,6 +69,8 @@ def check_config(cfg: DictConfig) -> None:
     backend = str(llm.get("backend", "offline"))
     if backend == "openai" and not llm.get("dry_run", False):
         _check_openai(llm)
+    if backend == "local" and not llm.get("dry_run", False):
+        _check_local(llm)
     if backend == "replay":
         _check_replay(cfg)
 
@@ -95,6 +97,20 @@ def _check_openai(llm: DictConfig) -> None:
         raise ConfigError(f"llm.base_url: {url!r} has an invalid port") from None
     _probe(url, parts.hostname, port, os.environ[name], float(llm.get("connect_timeout_s", 5)),
            min(float(llm.get("timeout_s", 60)), PROBE_READ_S))  # fmt: skip
+
+
+def _check_local(llm: DictConfig) -> None:
+    """llm=local: a server must answer at its base URL; if none does, say how to start one, in one line."""
+    url = str(llm.get("base_url") or "")
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname or parts.port is None:
+        raise ConfigError(f"llm.base_url: {url!r} is not an http://host:port URL of the local server")
+    try:
+        _probe(url, parts.hostname, parts.port, "", float(llm.get("connect_timeout_s", 5)), PROBE_READ_S)
+    except LLMError:
+        raise LLMError(
+            f"llm=local: no LLM server answers at {url}; start one with `make llm-server` (or `allmem llm start`)"
+        ) from None
 
 
 PROBE_READ_S = 10.0  # a live server answers any request (even 401/404) within this, however slow its model
