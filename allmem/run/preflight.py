@@ -131,7 +131,7 @@ def _probe(url: str, host: str, port: int, key: str, connect_s: float, read_s: f
         with httpx.Client(
             trust_env=False, follow_redirects=False, timeout=httpx.Timeout(read_s, connect=connect_s)
         ) as c:
-            c.get(url.rstrip("/") + "/models", headers={"Authorization": f"Bearer {key}"})
+            c.get(url.rstrip("/") + "/models", headers={"Authorization": f"Bearer {key}"} if key else {})
     except httpx.TimeoutException:
         raise LLMError(
             f"llm.base_url: {url} accepted a connection but sent no answer within {read_s:g} s; is it hung?"
