@@ -4,6 +4,7 @@ Scanned: ``README.md``, ``docs/*.md`` and every README inside the packages. Chec
 (``allmem/budget.py``, ``configs/method/``; a bare ``name.py`` or ``name.md``, as the module tables write
 them, must be a file of the packages), relative markdown links, and backticked dotted names of our packages (``allmem.budget.context_line``),
 which must import. Placeholders (``<group>``, ``*``) and folders that only runs or downloads create are skipped.
+And no doc names a path outside the repository (``_outside``): the docs stand alone.
 """
 
 from __future__ import annotations
@@ -117,6 +118,51 @@ def test_the_checker_catches_a_stale_reference(tmp_path: Path) -> None:
     paths, names = _references(doc)
     assert [p for p in paths if not _exists(p, doc)] == ["allmem/memory/atc/report.py", "nowhere.md"]
     assert [n for n in names if not _resolves(n)] == ["allmem.memory.atc.report"]
+
+
+# A path that leaves the repository (issue 34: the docs stand alone). The docs write paths from the repository root,
+# and links from the doc's folder; so outside a link a path starting with ``../`` leaves the repository, and a link
+# leaves it when it resolves above the root. An absolute path into a machine's own folders (``/work/...``,
+# ``/home/...``) names something no other checkout has. Placeholders a reader replaces (``/path/to/...``,
+# ``/other/clone/...``, ``ALLMEM_CACHE=/local/...``) and ``/tmp`` (scratch) are not paths of ours.
+_UP = re.compile(r"(?<![\w.\])/])\.\./[^\s`)\]'\"]*")
+_MACHINE = re.compile(r"(?<![\w.~])/(?:work|home|root|mnt|Users|srv|opt|var)/[^\s`)\]'\"]*")
+
+
+def _outside(doc: Path, root: Path = REPO) -> list[str]:
+    """What ``doc`` names outside the repository at ``root``: ``../`` paths in its text, links resolving above the
+    root, absolute paths into a machine's folders (a sentence's closing punctuation is not part of a path)."""
+    text = doc.read_text(encoding="utf-8")
+    found = []
+    for target in _LINK.findall(text):
+        path = target.split("#")[0]
+        if path and not path.startswith(("http", "mailto:")):
+            if not (doc.parent / path).resolve().is_relative_to(root.resolve()):
+                found.append(path)
+    prose = _LINK.sub("]()", text)  # the link targets are checked above, from the doc's folder
+    return found + [p.rstrip(".,;:") for p in (*_UP.findall(prose), *_MACHINE.findall(text))]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))
+def test_no_doc_names_a_path_outside_the_repository(doc: Path) -> None:
+    outside = _outside(doc)
+    assert not outside, f"{doc.relative_to(REPO)} names paths outside the repository: {outside}"
+
+
+def test_the_outside_check_catches_each_kind(tmp_path: Path) -> None:
+    """By hand: which of these leave a repository whose doc sits in ``docs/``."""
+    root = tmp_path / "repo"
+    doc = root / "docs" / "x.md"
+    doc.parent.mkdir(parents=True)
+    doc.write_text(
+        "see `../shared/docs/BASELINES.md` and ../shared/data/locomo/; [up](../../elsewhere.md), "
+        "[in](../README.md), [a](BASELINES.md#x), `/work/shared/data`, /home/me/notes. "
+        "`ALLMEM_CACHE=/local/cache` `${TMPDIR:-/tmp}/allmem-cache` `--figures figs/` [web](https://x.org/../y)"
+    )
+    assert _outside(doc, root) == [
+        "../../elsewhere.md", "../shared/docs/BASELINES.md", "../shared/data/locomo/", "/work/shared/data",
+        "/home/me/notes",
+    ]  # fmt: skip
 
 
 def test_test_modules_never_import_each_other() -> None:
