@@ -148,3 +148,104 @@ def test_runs_record_units_and_turn_gold_and_the_table_reads_them(tmp_path: Path
     any5 = [float(bool(set(r["ranked_source_ids"][:5]) & set(r["evidence_turns"]))) for r in scored]
     assert table.loc["turn_any@5", "n"] == 2
     assert table.loc["turn_any@5", "mean"] == pytest.approx(100 * sum(any5) / 2)
+
+
+def _rec(
+    qid: str, evidence: list[str], ranked: list[str], units: list[list[str]] | None = None, **extra
+) -> dict:
+    """A validated record (``Prediction.scoring_view``) with what the granularity summary reads."""
+    return {"question_id": qid, "dialogue_id": "d", "category": 1, "question_type": None, "evidence": evidence,
+            "evidence_turns": [], "ranked_source_ids": ranked,
+            "ranked_units": [[s] for s in ranked] if units is None else units, **extra}  # fmt: skip
+
+
+def test_the_metrics_summary_means_every_granularity_over_the_questions_with_gold() -> None:
+    """By hand, LoCoMo-style records at k=2: q1 gold D1:1, D2:4 ranked D1:1, D1:2, D2:4 (turn any 1, all 0;
+    sessions D1, D2 both in: session all 1); q2 gold D3:1 ranked D4:1, D3:1 (turn any/all 1, session any/all 1);
+    q3 without gold (left out everywhere); q4 an abstention id (left out); q5 of category 5, which the mem0
+    protocol does not score."""
+    from allmem.metrics.granularity import summary
+    from allmem.metrics.protocols import get_protocol
+
+    records = [
+        _rec("q1", ["D1:1", "D2:4"], ["D1:1", "D1:2", "D2:4"]),
+        _rec("q2", ["D3:1"], ["D4:1", "D3:1"]),
+        _rec("q3", [], ["D1:1"]),
+        _rec("x_abs", ["D1:1"], ["D9:9"]),
+        _rec("q5", ["D5:1"], ["D9:9"], category=5),
+    ]
+    out = summary(records, get_protocol("allmem", ks=(2,), table_k=2))
+    assert (out["count"], out["ks"], out["levels"]) == (4, [2], ["turn", "session", "unit"])
+    s, n = out["scores"], out["n"]
+    assert n["turn_all@2"] == n["session_all@2"] == n["P@2"] == 3  # q1, q2, q5 have gold
+    # turn any: 1, 1, 0 -> 2/3; turn all: 0, 1, 0 -> 1/3; session all: q1 {D1, D2} in D1, D2 -> 1; q2 {D3} in
+    # D4, D3 -> 1; q5 {D5} not in D9 -> 0: 2/3; unit P@2: q1 1/2, q2 1/2, q5 0 -> 1/3
+    assert s["turn_any@2"] == pytest.approx(200 / 3) and s["turn_all@2"] == pytest.approx(100 / 3)
+    assert s["session_all@2"] == pytest.approx(200 / 3) and s["P@2"] == pytest.approx(100 / 3)
+    # session recall: q1 1, q2 1, q5 0 -> 2/3; turn recall: 1/2, 1, 0 -> 1/2
+    assert s["session_recall@2"] == pytest.approx(200 / 3) and s["turn_recall@2"] == pytest.approx(50)
+    assert set(s) == set(n) == set(names((2,)))
+    mem0 = summary(records, get_protocol("mem0", ks=(2,), table_k=2))  # category 5 is not scored: q1, q2
+    assert mem0["count"] == 3 and mem0["n"]["turn_all@2"] == 2 and mem0["scores"]["turn_all@2"] == 50.0
+
+
+def test_the_metrics_summary_of_older_longmemeval_records_has_no_turn_level() -> None:
+    """LongMemEval records that rank sessions (records version 5 and earlier): session level and unit precision
+    (over sessions) only; the same records ranking turn ids measure turns too."""
+    from allmem.metrics.granularity import ranks_turns, summary
+    from allmem.metrics.protocols import get_protocol
+
+    lme = {"category": None, "question_type": "multi-session"}
+    old = [_rec("q1", ["s1"], ["s2", "s1"], evidence_turns=["s1:3"], **lme)]
+    new = [_rec("q1", ["s1"], ["s2:0", "s1:3"], evidence_turns=["s1:3"], **lme)]
+    assert (ranks_turns(old), ranks_turns(new)) == (False, True)
+    protocol = get_protocol("allmem", ks=(1, 2), table_k=2)
+    before, after = summary(old, protocol), summary(new, protocol)
+    assert before["levels"] == ["session", "unit"] and before["n"]["turn_any@2"] == 0
+    assert before["scores"]["turn_any@2"] is None and before["scores"]["session_any@2"] == 100.0
+    assert after["levels"] == ["turn", "session", "unit"]
+    # the gold turn s1:3 is ranked second: turn any@1 0, @2 1; NDCG@2 1/log2(3)
+    assert (after["scores"]["turn_any@1"], after["scores"]["turn_any@2"]) == (0.0, 100.0)
+    assert after["scores"]["turn_ndcg@2"] == pytest.approx(100 / math.log2(3))
+
+
+def test_a_locomo_run_states_every_granularity_in_metrics_and_the_table_reads_it(tmp_path: Path) -> None:
+    """A LoCoMo run (the debug fixture): metrics.json holds session-level and all-gold (strict) retrieval, equal
+    to the values computed by hand from its predictions; the retrieval table's numbers are metrics.json's, read
+    from it (a changed value in metrics.json shows in the table)."""
+    from hydra import compose, initialize_config_dir
+
+    from allmem.report import retrieval
+    from allmem.report.runs import load_run
+    from allmem.run import files
+    from allmem.run.runner import run
+
+    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[
+            "+debug=default", "dataset=locomo", "method=bm25", f"run.root={tmp_path}",
+            f"paths.cache_dir={tmp_path / 'c'}",
+        ])  # fmt: skip
+    run_dir = run(cfg)
+    records = [r for r in files.read_jsonl(run_dir / files.PREDICTIONS) if r["evidence"]]
+    block = files.read_json(run_dir / files.METRICS)["granularity"]
+    assert block["levels"] == ["turn", "session", "unit"] and block["count"] == 14
+    for k in block["ks"]:
+        # strict (all-gold) at turn level: every evidence turn among the first k ranked ids
+        strict = [set(r["evidence"]) <= set(r["ranked_source_ids"][:k]) for r in records]
+        # at session level: every evidence turn's session among the first k distinct sessions of the ranking
+        sessions = [
+            {g.split(":")[0] for g in r["evidence"]}
+            <= set(list(dict.fromkeys(s.split(":")[0] for s in r["ranked_source_ids"]))[:k])
+            for r in records
+        ]
+        assert block["n"][f"turn_all@{k}"] == block["n"][f"session_all@{k}"] == len(records)
+        assert block["scores"][f"turn_all@{k}"] == pytest.approx(100 * sum(strict) / len(records))
+        assert block["scores"][f"session_all@{k}"] == pytest.approx(100 * sum(sessions) / len(records))
+    # on this fixture strict retrieval is harder at turn level than at session level: the two are not one number
+    assert block["scores"]["session_all@10"] > block["scores"]["turn_all@10"]
+    table = retrieval.compute([load_run(run_dir)]).set_index("metric")
+    assert table["mean"].to_dict() == block["scores"] and table["n"].to_dict() == block["n"]
+    metrics = files.read_json(run_dir / files.METRICS)
+    metrics["granularity"]["scores"]["session_all@5"] = 12.5
+    files.write_json(run_dir / files.METRICS, metrics)
+    assert retrieval.compute([load_run(run_dir)]).set_index("metric").loc["session_all@5", "mean"] == 12.5

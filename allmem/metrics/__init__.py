@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from allmem.metrics import granularity
 from allmem.metrics.aggregate import summarise
 from allmem.metrics.errata import errata_block
 from allmem.metrics.protocols import (
@@ -88,6 +89,7 @@ def _summary(
     if ask is not None:
         valid = [r for r in valid if r["ask"] == ask]
     out = summarise(valid, proto)
+    out[granularity.KEY] = granularity.summary(valid, proto)  # retrieval at every granularity
     if dataset is not None and (block := errata_block(valid, proto, dataset)) is not None:
         out["errata"] = block
     return out

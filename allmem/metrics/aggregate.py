@@ -28,6 +28,19 @@ def _natural_key(key: str) -> tuple[Any, ...]:
     return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", key) if p)
 
 
+def means(
+    items: Sequence[Mapping[str, float | None]], names: Sequence[str]
+) -> tuple[dict[str, float | None], dict[str, int]]:
+    """Per metric name: the mean ×100 over the items that have a value (None: none has) and their count."""
+    scores: dict[str, float | None] = {}
+    counts: dict[str, int] = {}
+    for name in names:
+        vals = [v for item in items if (v := item.get(name)) is not None]
+        counts[name] = len(vals)
+        scores[name] = 100.0 * math.fsum(vals) / len(vals) if vals else None
+    return scores, counts
+
+
 def _block(
     items: Sequence[Mapping[str, float | None]],
     verdicts: Sequence[str | None],
@@ -35,12 +48,7 @@ def _block(
     any_judge: bool,
 ) -> dict[str, Any]:
     """Means ×100 and counts for one set of items (overall or one group)."""
-    scores: dict[str, float | None] = {}
-    counts: dict[str, int] = {}
-    for name in names:
-        vals = [v for item in items if (v := item.get(name)) is not None]
-        counts[name] = len(vals)
-        scores[name] = 100.0 * math.fsum(vals) / len(vals) if vals else None
+    scores, counts = means(items, names)
     tally = {v: sum(1 for x in verdicts if x == v) for v in VERDICTS}
     tally["missing"] = sum(1 for x in verdicts if x is None)
     decided = tally["yes"] + tally["no"]

@@ -18,17 +18,27 @@ gold turns its ``has_answer`` turns, ``Prediction.evidence_turns``). LongMemEval
 ranked sessions: there the turn level is not measured (None; ``turn_level=False``) and unit precision is at session
 level. A question without gold ids at a level has no value there (None): it is left out of these means and of their
 counts, unlike the paper's R@k, which scores it 0.
+
+Every run's ``metrics.json`` holds these means under ``granularity`` (``summary``, written by
+``allmem.metrics.score_records``, so the runner and ``allmem score`` agree), and the retrieval table reads them
+from there (``allmem/report/retrieval.py``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from allmem.metrics.retrieval import dedupe, session_of
+from allmem.metrics.aggregate import means
+from allmem.metrics.retrieval import dedupe, is_abstention, session_of
+
+if TYPE_CHECKING:
+    from allmem.metrics.protocols import Protocol
 
 LEVELS = ("turn", "session")
 MEASURES = ("any", "all", "recall", "ndcg")
+KEY = "granularity"  # the block of metrics.json that holds ``summary``
 
 
 def _at_k(ranked: Sequence[str], gold: set[str], k: int) -> dict[str, float]:
@@ -76,3 +86,49 @@ def granular(
 def names(ks: Sequence[int]) -> list[str]:
     """The metric names ``granular`` returns, in order."""
     return [n for k in ks for n in (*(f"{lv}_{m}@{k}" for lv in LEVELS for m in MEASURES), f"P@{k}")]
+
+
+def record_values(
+    record: Mapping[str, Any], ks: Sequence[int], turn_level: bool = True
+) -> dict[str, float | None]:
+    """``granular`` for one validated record (``Prediction.scoring_view``): LongMemEval's (a ``question_type``)
+    gold turns are its ``evidence_turns`` and its gold sessions its ``evidence``; every other dataset's
+    ``evidence`` names turns. A record without ``ranked_units`` (records version 1) has no unit precision."""
+    lme = record.get("question_type") is not None
+    values = granular(
+        record["ranked_source_ids"], record.get("ranked_units") or (),
+        record.get("evidence_turns") or () if lme else record["evidence"], record["evidence"] if lme else (),
+        ks, turn_level=turn_level or not lme,
+    )  # fmt: skip
+    if not record.get("ranked_units"):
+        values.update({f"P@{k}": None for k in ks})
+    return values
+
+
+def ranks_turns(records: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether LongMemEval records rank turn ids (records version 6 on: ``<session id>:<turn index>``) rather
+    than sessions (version 5 and earlier), read from the ranked ids themselves."""
+    return any(
+        session_of(sid) != sid
+        for r in records
+        if r.get("question_type") is not None
+        for sid in r["ranked_source_ids"]
+    )
+
+
+def summary(records: Sequence[Mapping[str, Any]], protocol: Protocol) -> dict[str, Any]:
+    """The ``granularity`` block of ``metrics.json``: over the validated ``records`` the protocol scores, less
+    LongMemEval's abstention questions, the mean ×100 (``scores``) and the questions with a value (``n``) of every
+    ``names(protocol.ks)``; ``levels``: the granularities the records measure (``turn``, ``session``, ``unit``),
+    ``count``: the questions considered."""
+    kept = [r for r in records if protocol.includes(r) and not is_abstention(r["question_id"])]
+    turn_ids = ranks_turns(kept)
+    scores, n = means([record_values(r, protocol.ks, turn_ids) for r in kept], names(protocol.ks))
+    measured = {"turn": "turn_any", "session": "session_any", "unit": "P"}
+    return {
+        "ks": list(protocol.ks),
+        "levels": [lv for lv, m in measured.items() if any(n[f"{m}@{k}"] for k in protocol.ks)],
+        "count": len(kept),
+        "scores": scores,
+        "n": n,
+    }

@@ -1,6 +1,7 @@
 """The retrieval table (``make retrieval``): every method's retrieval at turn and session level, any-gold and
-all-gold, recall and NDCG, and unit precision, from the runs of Table 1 (``allmem/metrics/granularity.py``; each
-column defined in docs/PROTOCOL.md, "Retrieval at every granularity").
+all-gold, recall and NDCG, and unit precision, from the runs of Table 1, as each run's ``metrics.json`` states them
+(its ``granularity`` block, ``allmem/metrics/granularity.py``; each column defined in docs/PROTOCOL.md, "Retrieval
+at every granularity").
 
 Table 1 keeps the paper's R@5 and N@5; this table states the granularity of each number. Questions without gold
 ids, and LongMemEval's abstention questions, are left out (the ``n`` column counts what is in). Unit precision needs
@@ -9,55 +10,38 @@ the ranked units each prediction records (records version 2); older runs show it
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
 
-from allmem.metrics.granularity import LEVELS, MEASURES, granular
-from allmem.metrics.retrieval import is_abstention
+from allmem.metrics import granularity
+from allmem.metrics.granularity import LEVELS, MEASURES
+from allmem.metrics.protocols import validate_record
 from allmem.report.runs import Run
 from allmem.report.tables import markdown
-from allmem.types import Prediction
 
 TITLES = {"any": "any", "all": "all", "recall": "R", "ndcg": "N"}
 
 
-# the records version from which LongMemEval's ranked ids and units are turn ids (allmem.types)
-TURN_IDS_SINCE = 6
-
-
-def item_values(run: Run) -> list[dict[str, float | None]]:
-    """Per question: ``granular``'s values; LongMemEval at turn level when its records hold turn ids (records
-    version 6), else with session-level units and no turn level."""
-    ks = run.protocol.ks
-    turn_ids = int(run.manifest.get("records") or 0) >= TURN_IDS_SINCE
-    out = []
-    for i, raw in enumerate(run.end_records()):
-        rec = Prediction.from_json(raw, f"{run.path}: record {i}")
-        if rec.error is not None or is_abstention(rec.question_id):
-            continue
-        lme = rec.question_type is not None
-        values = granular(
-            rec.ranked_source_ids, rec.ranked_units, rec.evidence_turns if lme else rec.evidence,
-            rec.evidence if lme else (), ks, turn_level=turn_ids or not lme,
-        )  # fmt: skip
-        if not rec.ranked_units:  # recorded before units were (version 1): unit precision is unknown
-            values.update({f"P@{k}": None for k in ks})
-        out.append(values)
-    return out
+def levels(run: Run) -> dict[str, Any]:
+    """The run's ``granularity`` block. A run sealed before ``metrics.json`` carried it has its block computed
+    here from its end-of-stream records by the same function (``granularity.summary``), so both read alike."""
+    block = run.metrics.get(granularity.KEY)
+    if block is None:
+        records = [validate_record(r, f"{run.path}: record {i}") for i, r in enumerate(run.end_records())]
+        block = granularity.summary(records, run.protocol)
+    return block
 
 
 def compute(runs: Sequence[Run], names: Sequence[str] | None = None) -> pd.DataFrame:
     """Long frame: label, dataset, metric, mean ×100, n (questions with a value)."""
     rows: list[dict[str, Any]] = []
     for run, label in zip(runs, names or [r.method for r in runs], strict=True):
-        items = item_values(run)
-        for metric in items[0] if items else ():
-            vals = [v for item in items if (v := item.get(metric)) is not None]
-            rows.append({"label": label, "dataset": run.dataset, "metric": metric,
-                         "mean": 100 * math.fsum(vals) / len(vals) if vals else None, "n": len(vals)})  # fmt: skip
+        block = levels(run)
+        for metric in granularity.names(block["ks"]):  # in the table's order (metrics.json sorts its keys)
+            rows.append({"label": label, "dataset": run.dataset, "metric": metric, "mean": block["scores"][metric],
+                         "n": block["n"][metric]})  # fmt: skip
     return pd.DataFrame(rows, columns=["label", "dataset", "metric", "mean", "n"])
 
 
