@@ -181,3 +181,89 @@ def test_a_longmemeval_hit_credits_ranked_turns_to_their_gold_session():
     assert _hit({"evidence": ["s3"], "ranked_source_ids": ranked}, 2) is False
     assert _hit({"evidence": ["D1:3"], "category": 1, "ranked_source_ids": ["D1:2", "D1:3"]}, 1) is False
     assert _hit({"evidence": [], "ranked_source_ids": ranked}, 2) is None
+
+
+def _hashed(run: Run, written_at: str = "2026-01-01T00:00:00") -> Run:
+    """``run`` with what a sealed run records: its config hash (``metrics.json`` ``run.config_hash``, here from its
+    folder's name) and the time its files were written (``manifest.json``)."""
+    files.write_json(run.path / files.MANIFEST, {"written_at": written_at})
+    metrics = {**run.metrics, "run": {"label": run.path.name, "config_hash": f"hash-{run.path.name}"},
+               "groups": {"1": {"scores": {"f1": 50.0}}}}  # fmt: skip
+    files.write_json(run.path / files.METRICS, metrics)
+    return Run(path=run.path, cfg=run.cfg, metrics=metrics)
+
+
+def _shown(index: Path) -> list[dict]:
+    """The figures a built site lists (index.js's ``figures``)."""
+    import json
+
+    text = (index.parent / "index.js").read_text(encoding="utf-8")
+    return json.loads(text.removeprefix("window.ALLMEM_DATA = ").removesuffix(";\n"))["figures"]
+
+
+def test_the_site_shows_only_figures_drawn_from_its_runs(tmp_path: Path) -> None:
+    """Figures beside a page of runs a and b: one drawn from a and b (shown, captioned with both), one from a and
+    a run c not on the page, one from c, one from a run of a's config written at another time, and one naming no
+    runs (as the committed paper figures, drawn before figures named their runs): only the first is shown, and
+    only it is copied."""
+    from allmem.report.figures import f1_by_group
+    from allmem.report.provenance import figure_runs
+
+    a, b, c = (_hashed(_run(tmp_path, n, 0)) for n in "abc")
+    (tmp_path / "rerun").mkdir()
+    again = _hashed(_run(tmp_path / "rerun", "a", 0), "2026-02-02T00:00:00")  # a's config, written again
+    figs = tmp_path / "figs"
+    figs.mkdir()
+    f1_by_group([a, b], figs / "ours.png")
+    f1_by_group([a, c], figs / "part.png")
+    f1_by_group([c], figs / "other.png")
+    f1_by_group([again], figs / "rerun.png")
+    f1_by_group([a], figs / "paper.png")
+    (figs / "paper.runs.json").unlink()
+    assert [r["label"] for r in figure_runs(figs / "ours.png")] == ["a", "b"]
+    assert figure_runs(figs / "paper.png") is None
+    index = write_site([a, b], tmp_path / "site", figs)
+    assert _shown(index) == [{"src": f"{PARTS}/figures/ours.png", "runs": ["a", "b"]}]
+    assert sorted(p.name for p in (tmp_path / "site" / PARTS / "figures").iterdir()) == ["ours.png"]
+    # the same folder beside a page of run c alone: only the figure drawn from c; beside a page without runs: none
+    assert [f["src"] for f in _shown(write_site([c], tmp_path / "site", figs))] == [
+        f"{PARTS}/figures/other.png"
+    ]
+    assert _shown(write_site([], tmp_path / "empty", figs)) == []
+
+
+def test_the_debug_site_shows_no_paper_figure(tmp_path: Path) -> None:
+    """The quickstart's site: two debug runs on the LoCoMo fixture beside the committed paper figures
+    (results/figures, drawn from the full LoCoMo) and a figure drawn from the two runs: in headless Chromium the
+    page shows that figure alone, captioned with its runs; without it, it says there is none."""
+    from hydra import compose, initialize_config_dir
+
+    from allmem.report.figures import f1_by_group
+    from allmem.report.runs import find_runs
+    from allmem.run.runner import run
+
+    browser = _need_browser()
+    repo = Path(__file__).resolve().parents[1]
+    for method in ("bm25", "naive_rag"):
+        with initialize_config_dir(config_dir=str(repo / "configs"), version_base="1.3"):
+            run(compose(config_name="config", overrides=[
+                "+debug=default", f"method={method}", f"run.root={tmp_path / 'debug'}",
+                f"paths.cache_dir={tmp_path / 'cache'}",
+            ]))  # fmt: skip
+    runs = find_runs(tmp_path / "debug")
+    figs = tmp_path / "figures"
+    shutil.copytree(repo / "results" / "figures", figs)
+    paper = sorted(p.name for p in figs.glob("*.png"))
+    assert "fig3.png" in paper
+    index = write_site(runs, tmp_path / "site", figs)
+    proc = _load(browser, index.as_uri())
+    assert _console(proc) == []
+    assert "<img" not in proc.stdout and "none: no figure was drawn from these runs" in proc.stdout
+    f1_by_group(runs, figs / "debug_f1.png")
+    index = write_site(runs, tmp_path / "site", figs)
+    proc = _load(browser, index.as_uri())
+    assert _console(proc) == []
+    assert re.findall(r'<img src="([^"]+)"', proc.stdout) == [f"{PARTS}/figures/debug_f1.png"]
+    labels = ", ".join(r.label for r in runs)
+    assert f"<figcaption>drawn from {labels}</figcaption>" in proc.stdout
+    assert not any(name in proc.stdout for name in paper)

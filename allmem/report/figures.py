@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from allmem.report.atc import pooled_recoverability
+from allmem.report.provenance import write_figure_runs
 from allmem.report.tables import Run
 from allmem.run import files
 
@@ -25,10 +26,12 @@ def pyplot():
     return plt
 
 
-def _save(plt, fig, out: Path) -> Path:
+def _save(plt, fig, out: Path, runs: Sequence[Run]) -> Path:
+    """The PNG, and the runs it was drawn from beside it (``provenance.write_figure_runs``)."""
     fig.tight_layout()
     files.write_via(out, lambda tmp: fig.savefig(tmp, dpi=120))
     plt.close(fig)
+    write_figure_runs(out, runs)
     return out
 
 
@@ -43,7 +46,7 @@ def f1_by_group(runs: Sequence[Run], out: Path) -> Path:
     ax.set_xticks([x + 0.4 - width / 2 for x in range(len(groups))], groups)
     ax.set_ylabel("F1")
     ax.legend(fontsize=7, ncols=2)
-    return _save(plt, fig, out)
+    return _save(plt, fig, out, runs)
 
 
 def surface(runs: Sequence[Run], out: Path) -> Path:
@@ -59,7 +62,7 @@ def surface(runs: Sequence[Run], out: Path) -> Path:
     ax.set_xlabel("turns written (N)")
     ax.set_ylabel("visible units")
     ax.legend(fontsize=7)
-    return _save(plt, fig, out)
+    return _save(plt, fig, out, runs)
 
 
 def recoverability(runs: Sequence[Run], out: Path) -> Path:
@@ -75,7 +78,7 @@ def recoverability(runs: Sequence[Run], out: Path) -> Path:
     ax.set_ylim(0, 102)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7)
-    return _save(plt, fig, out)
+    return _save(plt, fig, out, runs)
 
 
 def write_figures(runs: Sequence[Run], folder: Path) -> list[Path]:

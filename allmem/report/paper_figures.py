@@ -23,7 +23,7 @@ from allmem.report.atc import pooled_recoverability
 from allmem.report.compare import compare
 from allmem.report.figures import pyplot
 from allmem.report.items import end_frame
-from allmem.report.provenance import DATASET_TITLES, caption
+from allmem.report.provenance import DATASET_TITLES, caption, write_figure_runs
 from allmem.report.runs import Run
 from allmem.run import files
 
@@ -32,7 +32,8 @@ STAGE_LABELS = {"embed": "query embedding", "stage1": "Stage 1 anchors", "stage2
 
 
 def save(fig, runs: Sequence[Run], out: Path, note: str = "") -> list[Path]:
-    """Caption (provenance, optional note) at the bottom, then PNG and PDF side by side."""
+    """Caption (provenance, optional note) at the bottom, then PNG and PDF side by side, and the runs it was
+    drawn from beside them (``provenance.write_figure_runs``)."""
     plt = pyplot()
     text = caption(runs) + (f"\n{note}" if note else "")
     fig.text(0.005, 0.005, text, fontsize=6.5, color="0.3", ha="left", va="bottom", wrap=True)
@@ -44,6 +45,7 @@ def save(fig, runs: Sequence[Run], out: Path, note: str = "") -> list[Path]:
         files.write_via(path, lambda tmp: fig.savefig(tmp, dpi=150))
         paths.append(path)
     plt.close(fig)
+    write_figure_runs(out, runs)
     return paths
 
 

@@ -6,7 +6,9 @@ table's cells, and per question of each run its shared row and verdicts, as one 
 and ``chunks/`` (per run, its answers, the details of each dialogue's questions and each question's packed
 context, which ``site.js`` loads by adding a <script> when the comparison lists two runs or a question is opened:
 file:// blocks fetch). So the first page
-stays small however many runs and contexts there are. Every dataset and model text is put on the page with
+stays small however many runs and contexts there are. Its figures are those drawn from the runs it shows: a PNG is
+shown, captioned with its runs, only when the file beside it (``allmem.report.provenance.figure_runs``) names runs
+all on the page; a figure drawn from other runs, or naming none, is left out (copied into ``chunks/figures``). Every dataset and model text is put on the page with
 ``textContent`` by ``site.js``, never as HTML, so a text holding ``<script>`` shows as text. The output folder is
 not committed (``results/site`` is ignored)."""
 
@@ -24,6 +26,7 @@ import numpy as np
 from allmem.metrics.protocols import credited
 from allmem.paths import results_dir
 from allmem.report.items import item_frame
+from allmem.report.provenance import drawn_from, figure_runs
 from allmem.report.runs import Run, find_runs
 from allmem.report.stats import bootstrap_ci
 from allmem.run import files
@@ -202,6 +205,24 @@ def _run_data(run: Run, ri: int, w: _Writer) -> dict[str, Any]:
     }
 
 
+def _figures(folder: Path | None, runs: list[Run], building: Path) -> list[dict[str, Any]]:
+    """The PNGs under ``folder`` drawn from runs all among ``runs``, copied into ``building/figures`` (the site's
+    ``chunks/figures``): per figure its path on the site and the labels of the runs it was drawn from. A figure
+    that names no runs, or a run not on the page, is left out: the page never shows a figure its runs did not
+    make."""
+    shown: list[dict[str, Any]] = []
+    if folder is None or not folder.is_dir():
+        return shown
+    for png in sorted(folder.glob("*.png")):
+        made = figure_runs(png)
+        if not made or not drawn_from(made, runs):
+            continue
+        (building / "figures").mkdir(exist_ok=True)
+        shutil.copyfile(png, building / "figures" / png.name)
+        shown.append({"src": f"{PARTS}/figures/{png.name}", "runs": [str(m.get("label")) for m in made]})
+    return shown
+
+
 def build_site(root: Path, out: Path, figures: Path | None = None) -> Path:
     """Write the site for the complete runs under ``root`` into ``out``; returns ``out/index.html``."""
     return write_site(find_runs(root), out, figures)
@@ -228,18 +249,12 @@ def write_site(runs: list[Run], out: Path, figures: Path | None = None) -> Path:
         print(f"[allmem] site: run {ri + 1}/{len(runs)} {run.label}", flush=True)
         data["runs"].append(_run_data(run, ri, w))
     data["questions"] = w.rows
+    data["figures"] = _figures(figures, runs, building)
     if parts.exists():
         shutil.rmtree(parts)
     building.rename(parts)
     for asset in ASSETS.iterdir():
         shutil.copyfile(asset, out / asset.name)
-    figs = []
-    if figures is not None and figures.is_dir():
-        (out / "figures").mkdir(exist_ok=True)
-        for png in sorted(figures.glob("*.png")):
-            shutil.copyfile(png, out / "figures" / png.name)
-            figs.append(f"figures/{png.name}")
-    data["figures"] = figs
     files.write_atomic(out / INDEX, "window.ALLMEM_DATA = " + _js(data) + ";\n")
     return out / "index.html"
 
@@ -249,8 +264,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--runs", type=Path, default=results_dir() / "runs" / "paper", help="run root")
     parser.add_argument("--out", type=Path, default=results_dir() / "site", help="output folder")
     parser.add_argument(
-        "--figures", type=Path, default=results_dir() / "figures", help="PNG figures to include"
-    )
+        "--figures", type=Path, default=results_dir() / "figures",
+        help="where to look for PNG figures; only those drawn from the runs shown are included",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     print(f"[allmem] site: {build_site(args.runs, args.out, args.figures)}")
     return 0
