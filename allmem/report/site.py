@@ -8,7 +8,8 @@ context, which ``site.js`` loads by adding a <script> when the comparison lists 
 file:// blocks fetch). So the first page
 stays small however many runs and contexts there are. Its figures are those drawn from the runs it shows: a PNG is
 shown, captioned with its runs, only when the file beside it (``allmem.report.provenance.figure_runs``) names runs
-all on the page; a figure drawn from other runs, or naming none, is left out (copied into ``chunks/figures``). Every dataset and model text is put on the page with
+all on the page (copied into ``chunks/figures``); a figure drawn from other runs, or naming none, is left out.
+Every dataset and model text is put on the page with
 ``textContent`` by ``site.js``, never as HTML, so a text holding ``<script>`` shows as text. The output folder is
 not committed (``results/site`` is ignored)."""
 
