@@ -23,7 +23,7 @@ __all__ = ["DatasetError", "fit_split", "load_dataset"]
 
 # Keys of configs/dataset/*.yaml that load_dataset consumes; every other key is passed to the loader.
 _HARNESS_KEYS = (
-    "name", "_target_", "path", "limit_dialogues", "limit_questions", "fit_dialogues",
+    "name", "_target_", "path", "limit_dialogues", "limit_sessions", "limit_questions", "fit_dialogues",
     "sample", "sample_seed", "sample_dialogues",  # benchmarks/sampling.py
 )  # fmt: skip
 
@@ -49,12 +49,31 @@ def _limit(cfg: Mapping[str, Any], key: str) -> int | None:
     return value
 
 
+# The count limits of a dataset config, in the order load_dataset applies them.
+LIMITS = ("limit_dialogues", "limit_sessions", "limit_questions")
+
+
+def _first_sessions(dialogue: Dialogue, n: int) -> Dialogue:
+    """The first ``n`` sessions (chronological, as the loader orders them) and only the questions whose gold
+    evidence lies wholly in them: a question whose evidence is missing or reaches a later session could not be
+    answered from the slice, so it is left out rather than scored against turns the memory never saw. A dialogue
+    of ``n`` sessions or fewer is kept whole."""
+    if n >= len(dialogue.sessions):
+        return dialogue
+    sessions = dialogue.sessions[:n]
+    kept = {s.id for s in sessions} | {t.id for s in sessions for t in s.turns}
+    questions = tuple(
+        q for q in dialogue.questions if q.evidence and set(q.evidence) | set(q.evidence_turns) <= kept
+    )
+    return dataclasses.replace(dialogue, sessions=sessions, questions=questions)
+
+
 def check_limits(cfg: Any) -> None:
     """Raise ``ConfigError`` naming the key when a ``dataset.limit_*`` value cannot be a count."""
     from benchmarks import sampling
 
     conf = plain(cfg)
-    for key in ("limit_dialogues", "limit_questions"):
+    for key in LIMITS:
         _limit(conf, key)
     sampling.check(conf)
 
@@ -63,15 +82,16 @@ def load_dataset(cfg: Any) -> list[Dialogue]:
     """Dialogues for a dataset config (``configs/dataset/*.yaml``), limits applied.
 
     Resolves ``path`` (``allmem.paths.resolve_data_path``), calls ``_target_`` with the path and the remaining
-    keys (e.g. ``repair_evidence``), then keeps the first ``limit_dialogues`` dialogues and the first
-    ``limit_questions`` questions of each: cheap smoke runs with the real data and the real code path. Then the
+    keys (e.g. ``repair_evidence``), then keeps the first ``limit_dialogues`` dialogues, the first
+    ``limit_sessions`` sessions of each with the questions their evidence answers (``_first_sessions``), and the
+    first ``limit_questions`` questions of each: cheap runs with the real data and the real code path. Then the
     seeded draws of ``sample_dialogues`` dialogues and ``sample`` questions (``benchmarks/sampling.py``).
     """
     conf = plain(cfg)
     missing = [k for k in ("name", "_target_") if not conf.get(k)]
     if missing:
         raise ValueError(f"dataset config lacks {', '.join(missing)}")
-    limit_d, limit_q = _limit(conf, "limit_dialogues"), _limit(conf, "limit_questions")
+    limit_d, limit_s, limit_q = (_limit(conf, key) for key in LIMITS)
     loader = _import(str(conf["_target_"]))
     path = resolve_data_path(str(conf["name"]), conf.get("path"))
     kwargs = {k: v for k, v in conf.items() if k not in _HARNESS_KEYS}
@@ -80,6 +100,8 @@ def load_dataset(cfg: Any) -> list[Dialogue]:
     dialogues = loader(path, **kwargs)
     if limit_d is not None:
         dialogues = dialogues[:limit_d]
+    if limit_s is not None:
+        dialogues = [_first_sessions(d, limit_s) for d in dialogues]
     if limit_q is not None:
         dialogues = [dataclasses.replace(d, questions=d.questions[:limit_q]) for d in dialogues]
     from benchmarks import sampling

@@ -365,6 +365,39 @@ def test_load_dataset_limits(repo_root: Path, fixtures_dir: Path) -> None:
     assert [d.id for d in lme] == ["7161e7e2", "gpt4_2f8e1c90"]
 
 
+def test_limit_sessions_keeps_the_first_sessions_and_the_questions_they_answer(
+    repo_root: Path, fixtures_dir: Path
+) -> None:
+    tiny = str(fixtures_dir / "locomo_tiny.json")
+    cut = load_dataset(_dataset_cfg(repo_root, "locomo", path=tiny, limit_sessions=2))
+    # conv-1's sessions in date order are D1, D3, D2: D2 goes, and with it every question with evidence in D2
+    assert [s.id for s in cut[0].sessions] == ["D1", "D3"]
+    assert [q.id for q in cut[0].questions] == [f"conv-1:q000{i}" for i in (0, 1, 4, 5, 7)]
+    # conv-2 has two sessions: kept whole, its unmatched-evidence question (D2:04) too
+    assert len(cut[1].sessions) == 2 and len(cut[1].questions) == 6
+    none = load_dataset(_dataset_cfg(repo_root, "locomo", path=tiny, limit_sessions=0))
+    assert [(d.sessions, d.questions) for d in none] == [((), ())] * 2
+
+
+def test_limit_sessions_on_the_real_locomo(repo_root: Path) -> None:
+    """conv-26's first session holds 18 turns, and 4 of its questions cite evidence only from it (D1:*), counted
+    from the raw file here."""
+    import json
+    import re
+
+    from allmem.paths import resolve_data_path
+
+    raw = json.loads(resolve_data_path("locomo", None).read_text(encoding="utf-8"))[0]
+    by_hand = [
+        qa
+        for qa in raw["qa"]
+        if qa.get("evidence") and all(re.fullmatch(r"D1:\d+", e) for e in qa["evidence"])
+    ]
+    (conv,) = load_dataset(_dataset_cfg(repo_root, "locomo", limit_dialogues=1, limit_sessions=1))
+    assert sum(len(s.turns) for s in conv.sessions) == len(raw["conversation"]["session_1"]) == 18
+    assert [q.text for q in conv.questions] == [qa["question"] for qa in by_hand] and len(by_hand) == 4
+
+
 def test_load_dataset_real_locomo_by_default(repo_root: Path) -> None:
     """With path null the resolver finds data/ or ../shared (CI has the latter)."""
     dialogues = load_dataset(_dataset_cfg(repo_root, "locomo", limit_dialogues=1, limit_questions=1))

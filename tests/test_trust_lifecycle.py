@@ -209,7 +209,7 @@ def test_json_python_cannot_read_is_one_line_naming_the_file(tmp_path, text, pro
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("key", ["limit_dialogues", "limit_questions"])
+@pytest.mark.parametrize("key", ["limit_dialogues", "limit_sessions", "limit_questions"])
 @pytest.mark.parametrize(("value", "shown"), [("-1", "-1"), ("1.5", "1.5"), ("true", "True")])
 def test_a_limit_that_is_no_count_is_refused_before_the_run_exists(tmp_path, key, value, shown):
     res = allmem_run(tmp_path, "method=bm25", f"dataset.path={TINY}", f"dataset.{key}={value}")

@@ -17,6 +17,7 @@ from allmem.metrics.judge import invalid_note
 from allmem.paths import DATASETS
 from allmem.report.runs import Run
 from allmem.run import files, identity
+from benchmarks import LIMITS
 
 DATASET_TITLES = {name: spec.title for name, spec in DATASETS.items()}  # the titles live with the data paths
 
@@ -48,12 +49,9 @@ def dataset_text(runs: Sequence[Run]) -> str:
     for ds in sorted({r.dataset for r in runs}):
         counts = sorted({int(r.metrics.get("n_records", r.metrics.get("overall", {}).get("count", 0))) for r in runs
                          if r.dataset == ds})  # fmt: skip
-        limits = {
-            (r.value("dataset.limit_dialogues"), r.value("dataset.limit_questions"))
-            for r in runs
-            if r.dataset == ds
-        }
-        limited = any(a is not None or b is not None for a, b in limits)
+        limited = any(
+            r.value(f"dataset.{key}") is not None for r in runs if r.dataset == ds for key in LIMITS
+        )
         n = "/".join(str(c) for c in counts)
         files = sorted({f"{Path(f).name} sha256:{h[:12]}" for r in runs if r.dataset == ds
                         for f, h in (r.manifest.get("data") or {}).items()})  # fmt: skip

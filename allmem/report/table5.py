@@ -77,7 +77,7 @@ def load(dataset: str, path: str | None = None) -> tuple[list, Path]:
 
     node = OmegaConf.load(config_dir() / "dataset" / f"{dataset}.yaml")
     node.path = path
-    node.limit_dialogues = node.limit_questions = None
+    node.limit_dialogues = node.limit_sessions = node.limit_questions = None
     return load_dataset(node), resolve_data_path(dataset, path)
 
 

@@ -166,7 +166,7 @@ def check_data(dialogues: Sequence[Dialogue], cfg: DictConfig) -> dict[str, Any]
         raise ConfigError(f"{where}: no dialogues to run (empty file, or dataset.limit_dialogues=0)")
     n_questions = sum(len(d.questions) for d in dialogues)
     if n_questions == 0:
-        raise ConfigError(f"{where}: no questions to ask (none in the file, or dataset.limit_questions=0)")
+        raise ConfigError(f"{where}: no questions to ask (none in the file, or none left by dataset.limit_*)")
     counts = {
         "questions": n_questions,
         "questions_without_evidence": 0,
