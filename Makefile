@@ -55,7 +55,7 @@ NAME ?= sweep
 ARGS ?=
 SWEEPS ?= results/runs/sweeps
 
-.PHONY: help setup lock test-latest test test-fast llm-server llm-stop test-llm reproduce lint format clean bench bench-scale sweep site chromium mgw-data $(PAPER_TARGETS)
+.PHONY: help setup lock test-latest test test-fast llm-server llm-stop test-llm table1-llm bench-llm reproduce lint format clean bench bench-scale sweep site chromium mgw-data $(PAPER_TARGETS)
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-12s %s\n", $$1, $$2}'
@@ -113,6 +113,24 @@ llm-stop: ## Stop the local model's server
 
 test-llm: $(LLM_STAMP) ## The real-model tier (pytest -m llm): every LLM role against the local server it starts
 	$(PY) -m pytest -m llm
+
+# `make table1-llm`: Table 1 with every LLM role from the local model, on the first LLM_SESSIONS sessions of the
+# first LLM_CONVS LoCoMo conversations (the questions those sessions answer; LLM_SESSIONS= for whole conversations,
+# hours on 2 cores), into LLM_RUNS (resumable) and LLM_OUT; then the judge's sanity on naive_rag's answers and the
+# per-role report.
+LLM_CONVS ?= 2
+LLM_SESSIONS ?= 1
+LLM_RUNS ?= results/runs/llm
+LLM_OUT ?= results/llm
+LLM_SET = llm=local dataset.limit_dialogues=$(LLM_CONVS) $(if $(LLM_SESSIONS),dataset.limit_sessions=$(LLM_SESSIONS)) $(LLM_ARGS)
+table1-llm: llm-server ## Table 1 on LLM_SESSIONS (1) sessions of LLM_CONVS (2) LoCoMo conversations, every role from the local model
+	$(VENV)/bin/allmem paper run --jobs 1 --runs $(LLM_RUNS) --set "$(LLM_SET)" table1
+	$(VENV)/bin/allmem report --out $(LLM_OUT) --runs $(LLM_RUNS) --set "$(LLM_SET)" table1
+	$(VENV)/bin/allmem judge "$$(ls -d $(LLM_RUNS)/locomo/naive_rag,* | head -1)" llm=local $(LLM_ARGS) --sanity
+	$(VENV)/bin/allmem report llm --runs $(LLM_RUNS) --out $(LLM_OUT)
+
+bench-llm: $(LLM_STAMP) ## The local model's prefill / decode tokens/s and requests/min, 1 server x 2 threads vs 2 x 1
+	$(PY) scripts/bench_llm.py --out $(LLM_OUT)
 
 reproduce: $(STAMP) ## Table 1 on the full LoCoMo (every method, offline backend), with its cost tables; prints it
 	$(EXPERIMENTS) table1
