@@ -26,7 +26,9 @@ from allmem.run.files import read_jsonl
 from allmem.run.rejudge import _llm_config
 from tests.faultkit import REPO, allmem_run, done_dir
 
-pytestmark = pytest.mark.llm
+# The runs of all methods happen in one module fixture, inside the first test's time limit: on 2 busy cores a
+# 135M model takes minutes per method, so the tier gets far more than the suite's per-test default.
+pytestmark = [pytest.mark.llm, pytest.mark.timeout(3000)]
 
 PORT = 8779  # not llm=local's default, so a developer's own server is left alone
 METHODS = ("allmem", "naive_rag", "mem0", "amem", "lightmem", "hipporag", "memgpt")
@@ -75,7 +77,9 @@ class Recorder:
 
 @pytest.fixture(scope="module")
 def server() -> local_server.Server:
-    cfg = _llm_config(["llm=local", f"llm.base_url=http://127.0.0.1:{PORT}/v1"])
+    # one thread: two OpenMP threads on a 2-core machine whose other core is busy stall each other (measured
+    # here: prefill fell from ~180 to ~55 tokens/s and JSON-grammar decoding to ~1 token/s)
+    cfg = _llm_config(["llm=local", f"llm.base_url=http://127.0.0.1:{PORT}/v1", "llm.server.threads=1"])
     srv = local_server.Server.of(cfg, folder=REPO / ".cache" / "llm")  # the model file is kept between runs
     print(local_server.start(srv))
     yield srv
@@ -91,13 +95,15 @@ def proxy(server: local_server.Server) -> Recorder:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory, proxy: Recorder) -> dict[str, tuple[Path, list[dict]]]:
-    """Each method run once on the slice; with what the server was asked during that run."""
+    """Each method run once on the slice, each with a cache of its own (with a shared one, naive_rag would be
+    answered from allmem's cached reader and judge calls and ask the server nothing); with what the server was
+    asked during that run."""
     tmp = tmp_path_factory.mktemp("tier")
     out = {}
     for method in METHODS:
         before = len(proxy.seen)
         res = allmem_run(tmp, *SLICE, f"method={method}", "llm=local", f"llm.base_url={proxy.url}/v1",
-                         cache=tmp / "cache", timeout=900)  # fmt: skip
+                         cache=tmp / "cache" / method, timeout=1800)  # fmt: skip
         assert res.rc == 0, f"{method}: {res.err[-2000:]}"
         out[method] = (done_dir(res), proxy.seen[before:])
     return out
@@ -146,7 +152,9 @@ def test_the_memory_roles_ran_for_real(runs) -> None:  # noqa: ANN001
 
 def test_a_second_run_replays_from_the_cache_with_no_request(runs, proxy, tmp_path: Path) -> None:  # noqa: ANN001
     first, _ = runs["allmem"]
-    cache = first.parents[2] / "cache"  # <tmp>/runs/<dataset>/<run>: the tier's shared cache is <tmp>/cache
+    cache = (
+        first.parents[2] / "cache" / "allmem"
+    )  # <tmp>/runs/<dataset>/<run>; the method's cache is <tmp>/cache/allmem
     before = len(proxy.seen)
     res = allmem_run(
         tmp_path, *SLICE, "method=allmem", "llm=local", f"llm.base_url={proxy.url}/v1", cache=cache
