@@ -115,15 +115,16 @@ test-llm: $(LLM_STAMP) ## The real-model tier (pytest -m llm): every LLM role ag
 	$(PY) -m pytest -m llm
 
 # `make table1-llm`: Table 1 with every LLM role from the local model, on the first LLM_SESSIONS sessions of the
-# first LLM_CONVS LoCoMo conversations (the questions those sessions answer; LLM_SESSIONS= for whole conversations,
-# hours on 2 cores), into LLM_RUNS (resumable) and LLM_OUT; then the judge's sanity on naive_rag's answers and the
-# per-role report.
-LLM_CONVS ?= 2
+# first LLM_CONVS LoCoMo conversations (the questions those sessions answer), into LLM_RUNS (resumable) and LLM_OUT;
+# then the judge's sanity on naive_rag's answers and the per-role report. The default is what 2 cores finish in
+# well under an hour; larger slices (LLM_CONVS=2, LLM_SESSIONS= for whole conversations) take hours there
+# (docs/REPRODUCE.md, "A local LLM").
+LLM_CONVS ?= 1
 LLM_SESSIONS ?= 1
 LLM_RUNS ?= results/runs/llm
 LLM_OUT ?= results/llm
 LLM_SET = llm=local dataset.limit_dialogues=$(LLM_CONVS) $(if $(LLM_SESSIONS),dataset.limit_sessions=$(LLM_SESSIONS)) $(LLM_ARGS)
-table1-llm: llm-server ## Table 1 on LLM_SESSIONS (1) sessions of LLM_CONVS (2) LoCoMo conversations, every role from the local model
+table1-llm: llm-server ## Table 1 on LLM_SESSIONS (1) sessions of LLM_CONVS (1) LoCoMo conversations, every role from the local model
 	$(VENV)/bin/allmem paper run --jobs 1 --runs $(LLM_RUNS) --set "$(LLM_SET)" table1
 	$(VENV)/bin/allmem report --out $(LLM_OUT) --runs $(LLM_RUNS) --set "$(LLM_SET)" table1
 	$(VENV)/bin/allmem judge "$$(ls -d $(LLM_RUNS)/locomo/naive_rag,* | head -1)" llm=local $(LLM_ARGS) --sanity
