@@ -41,6 +41,12 @@ def _prompt(words: int = 1100) -> str:
     return "\n".join(text) + "\n\nSummarise the conversation above in three sentences."
 
 
+def _fresh(prompt: str, tag: str) -> str:
+    """The prompt with a tag at its start: llama.cpp reuses the longest cached prefix of the previous prompt, so
+    prompts that differ only at the end would be timed without their prefill."""
+    return f"Request {tag}.\n{prompt}"
+
+
 def _ask(port: int, prompt: str, max_tokens: int) -> tuple[float, dict]:
     body = {
         "model": "m",
@@ -79,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     one = _servers(1, 2, folder)
     try:
         _ask(one[0].port, "Hello", 4)  # warm-up: model pages in
-        prefill = [_ask(one[0].port, prompt + f" ({i})", 1) for i in range(3)]
-        full = [_ask(one[0].port, prompt + f" ({i})", args.decode) for i in range(3)]
+        prefill = [_ask(one[0].port, _fresh(prompt, f"p{i}"), 1) for i in range(3)]
+        full = [_ask(one[0].port, _fresh(prompt, f"f{i}"), args.decode) for i in range(3)]
         p_tok = statistics.median(u["prompt_tokens"] for _, u in prefill)
         p_s = statistics.median(t for t, _ in prefill)
         d_tok = statistics.median(u["completion_tokens"] for _, u in full)
@@ -88,13 +94,17 @@ def main(argv: list[str] | None = None) -> int:
         speed = (p_tok, p_tok / p_s, d_tok, d_tok / d_s if d_s > 0 else float("nan"))
         t0 = time.perf_counter()
         for i in range(args.requests):
-            _ask(one[0].port, prompt + f" [{i}]", args.decode)
+            _ask(one[0].port, _fresh(prompt, f"s{i}"), args.decode)
         rows.append(
             ("1 server, 2 threads, 1 request at a time", args.requests / (time.perf_counter() - t0) * 60)
         )
         t0 = time.perf_counter()
         with ThreadPoolExecutor(2) as pool:
-            list(pool.map(lambda i: _ask(one[0].port, prompt + f" <{i}>", args.decode), range(args.requests)))
+            list(
+                pool.map(
+                    lambda i: _ask(one[0].port, _fresh(prompt, f"c{i}"), args.decode), range(args.requests)
+                )
+            )
         rows.append(
             ("1 server, 2 threads, 2 requests at a time", args.requests / (time.perf_counter() - t0) * 60)
         )
@@ -109,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         with ThreadPoolExecutor(2) as pool:
             list(
                 pool.map(
-                    lambda i: _ask(two[i % 2].port, prompt + f" {{{i}}}", args.decode), range(args.requests)
+                    lambda i: _ask(two[i % 2].port, _fresh(prompt, f"t{i}"), args.decode),
+                    range(args.requests),
                 )
             )
         rows.append(
