@@ -118,20 +118,25 @@ def test_longmemeval_loader_reads_has_answer_turn_ids() -> None:
     ]  # fmt: skip
 
 
-def test_runs_record_units_and_turn_gold_and_the_table_reads_them(tmp_path: Path) -> None:
+def _debug_run(tmp_path: Path, *overrides: str) -> Path:
+    """One run of the debug fixture in-process, with its runs and cache under ``tmp_path``."""
     from hydra import compose, initialize_config_dir
 
-    from allmem.report import retrieval
-    from allmem.report.runs import load_run
-    from allmem.run import files
     from allmem.run.runner import run
 
     with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
         cfg = compose(config_name="config", overrides=[
-            "+debug=default", "dataset=longmemeval_s", "method=naive_rag", f"run.root={tmp_path}",
-            f"paths.cache_dir={tmp_path / 'c'}",
+            "+debug=default", *overrides, f"run.root={tmp_path}", f"paths.cache_dir={tmp_path / 'c'}",
         ])  # fmt: skip
-    run_dir = run(cfg)
+    return run(cfg)
+
+
+def test_runs_record_units_and_turn_gold_and_the_table_reads_them(tmp_path: Path) -> None:
+    from allmem.report import retrieval
+    from allmem.report.runs import load_run
+    from allmem.run import files
+
+    run_dir = _debug_run(tmp_path, "dataset=longmemeval_s", "method=naive_rag")
     records = files.read_jsonl(run_dir / files.PREDICTIONS)
     first = records[0]
     assert first["evidence_turns"] == ["answer_7161e7e2_1:0"]
@@ -213,19 +218,11 @@ def test_a_locomo_run_states_every_granularity_in_metrics_and_the_table_reads_it
     """A LoCoMo run (the debug fixture): metrics.json holds session-level and all-gold (strict) retrieval, equal
     to the values computed by hand from its predictions; the retrieval table's numbers are metrics.json's, read
     from it (a changed value in metrics.json shows in the table)."""
-    from hydra import compose, initialize_config_dir
-
     from allmem.report import retrieval
     from allmem.report.runs import load_run
     from allmem.run import files
-    from allmem.run.runner import run
 
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[
-            "+debug=default", "dataset=locomo", "method=bm25", f"run.root={tmp_path}",
-            f"paths.cache_dir={tmp_path / 'c'}",
-        ])  # fmt: skip
-    run_dir = run(cfg)
+    run_dir = _debug_run(tmp_path, "dataset=locomo", "method=bm25")
     records = [r for r in files.read_jsonl(run_dir / files.PREDICTIONS) if r["evidence"]]
     block = files.read_json(run_dir / files.METRICS)["granularity"]
     assert block["levels"] == ["turn", "session", "unit"] and block["count"] == 14
