@@ -15,8 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+from allmem import files
 from allmem.fingerprint import source_fingerprint
-from allmem.run import files
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -58,7 +58,7 @@ def read(path: Path, load: Callable[[Path], T], *, cache: str, then: str) -> T |
 
 
 def write_folder(final: Path, fill: Callable[[Path], Any]) -> Path:
-    """``fill`` a temporary folder beside ``final``, then rename it into place (``allmem.run.files.write_folder``,
+    """``fill`` a temporary folder beside ``final``, then rename it into place (``allmem.files.write_folder``,
     which also removes the temporary folders of dead writers); a concurrent writer of the same key wins."""
     try:
         return files.write_folder(final, fill)

@@ -28,8 +28,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from allmem import files
 from allmem.errors import ConfigError, Interrupted, expected_errors, is_environment_error, one_line
-from allmem.run import files
 
 USAGE = __doc__ or ""
 

@@ -12,8 +12,8 @@ from typing import Any, TypeVar
 from omegaconf import OmegaConf
 
 from allmem.errors import ConfigError
+from allmem.files import plain  # the one config-to-dict conversion; re-exported for callers here
 from allmem.paths import config_dir, user_config_dirs
-from allmem.run.files import plain  # the one config-to-dict conversion; re-exported for callers here
 
 PRIMARY = "config"  # Hydra's primary config, configs/config.yaml (allmem run composes from it)
 CONFIG_DIR = config_dir()  # the checkout's configs/, or the copy a non-editable install ships

@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 
 from allmem.defaults import CONFIG_DIR, group_node, method_node
 from allmem.errors import ConfigError
-from allmem.run.files import plain, read_json, write_atomic
+from allmem.files import plain, read_json, write_atomic
 from allmem.systems import MemorySystem, Resources
 from allmem.types import SessionInfo, Turn
 

@@ -21,8 +21,7 @@ from pathlib import Path
 
 import tiktoken
 
-from allmem import cache_store, paths
-from allmem.run import files
+from allmem import cache_store, files, paths
 
 ENCODING = "o200k_base"
 

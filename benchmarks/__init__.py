@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from allmem.errors import ConfigError
+from allmem.files import plain
 from allmem.paths import config_dir, resolve_data_path
-from allmem.run.files import plain
 from allmem.types import Dialogue
 from benchmarks.errors import DatasetError
 

@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from allmem.files import sha256_file, write_atomic
 from allmem.paths import dataset_files, repo_root
-from allmem.run.files import sha256_file, write_atomic
 
 log = logging.getLogger(__name__)
 

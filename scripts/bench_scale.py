@@ -97,13 +97,13 @@ def finish(proc: subprocess.Popen[bytes]) -> tuple[int, float, float, str]:
 
 
 def run_dirs(root: Path) -> list[Path]:
-    from allmem.run import files
+    from allmem import files
 
     return sorted(p.parent for p in root.rglob(files.MANIFEST))
 
 
 def dialogue_stats(run_dir: Path) -> list[dict[str, Any]]:
-    from allmem.run import files
+    from allmem import files
 
     return files.read_jsonl(run_dir / files.SYSTEM_STATS)
 

@@ -15,11 +15,12 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from allmem import files
 from allmem.fingerprint import source_fingerprint
 from allmem.memory.atc.summary import summarise_events
 from allmem.metrics import score_records
 from allmem.report.targets import _compose, sweep_points
-from allmem.run import files, identity
+from allmem.run import identity
 
 DIALOGUES = ("conv-26", "conv-44")  # one fit conversation, one held out
 CATEGORIES = (1, 2, 4, 4)  # per dialogue, question i has category CATEGORIES[i]

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
+from allmem import files
 from allmem.llm.prompts import load_template
-from allmem.run import files
 from allmem.run.runner import run
 from tests.llm_stub import StubLLM
 

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from allmem import cache_store, fingerprint
-from allmem.run import files
+from allmem import cache_store, files, fingerprint
 
 
 def test_code_key_changes_with_the_sources_it_names_and_only_those(tmp_path, monkeypatch) -> None:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from allmem.run import attempts, compare, files
+from allmem import files
+from allmem.run import attempts, compare
 from tests.faultkit import FIXTURES, allmem_run, done_dir, env
 
 TINY = FIXTURES / "locomo_tiny.json"

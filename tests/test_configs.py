@@ -20,9 +20,9 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from allmem import files
 from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
-from allmem.run import files
 from allmem.run.runner import build, run
 from benchmarks import load_dataset
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from allmem import files
 from allmem.budget import count_tokens
-from allmem.run import attempts, files
+from allmem.run import attempts
 from allmem.types import RECORD_VERSION, RecordError
 from tests.faultkit import allmem_run, done_dir
 

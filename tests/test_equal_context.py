@@ -235,8 +235,8 @@ def test_the_table_from_fixture_runs_by_hand(tmp_path):
     import pandas as pd
     from report_fixture import write_run
 
+    from allmem import files
     from allmem.report.paper import summarise
-    from allmem.run import files
 
     root = tmp_path / "runs"
     point = ["+experiment=equal_context", "dataset=locomo"]
@@ -288,7 +288,7 @@ def _locomo_file(path: Path, dialogue: Dialogue, questions: list[str]) -> Path:
 
 
 def test_a_filled_run_end_to_end(tmp_path, cache_dir):
-    from allmem.run import files
+    from allmem import files
 
     data = _locomo_file(
         tmp_path / "fill.json", _dialogue(3, 40), [QUERY, "What did Ben buy?", "Where was Ana?"]

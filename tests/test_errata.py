@@ -147,8 +147,8 @@ def test_allmem_score_reports_the_errata_of_the_runs_dataset(tmp_path: Path, cap
 
     import yaml
 
+    from allmem import files
     from allmem.metrics import main as score_main
-    from allmem.run import files
 
     rec = _rec("conv-42:q0", "conv-42", "Is it likely that Nate has friends besides Joanna?",
                "yes teammates on his video game team", "Yesteammates on hisvideo game team.")  # fmt: skip

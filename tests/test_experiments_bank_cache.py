@@ -11,10 +11,11 @@ from fakes import stream_sessions
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from allmem import files
 from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
 from allmem.memory.system import AllMem
-from allmem.run import compare, files, identity
+from allmem.run import compare, identity
 from allmem.run.runner import run
 from allmem.systems import Resources
 
@@ -158,7 +159,7 @@ def test_bank_cache_folder_is_not_part_of_a_runs_identity(cache_dir):
 
 
 def test_a_complete_run_under_another_name_is_not_made_again(tmp_path):
-    from allmem.run import files
+    from allmem import files
 
     twin = tmp_path / "locomo" / "allmem,experiment=table1-0123456789"
     twin.mkdir(parents=True)

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from allmem import files
 from allmem.llm.ledger import price_run
-from allmem.run import files
 from tests.faultkit import FIXTURES, REPO, allmem_run, common, done_dir, env, popen_run, run_dirs
 from tests.llm_stub import StubLLM
 

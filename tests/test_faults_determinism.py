@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from allmem.run import files
+from allmem import files
 from tests.faultkit import FIXTURES, allmem_run, done_dir, env
 
 TIMING = ("latency_ms", "llm_latency_ms", "cached")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from allmem.files import read_jsonl
 from allmem.llm import LLMError, build_llm
 from allmem.llm.base import ChatRequest
 from allmem.llm.cache import ResponseCache, cache_key
@@ -16,7 +17,6 @@ from allmem.llm.limiter import RateLimiter
 from allmem.llm.prompts import build_request, load_template, parse_reply, parse_template, template_names
 from allmem.llm.roles import RoleFailure
 from allmem.memory.descriptor import Descriptor, DescriptorResponder, describe, render_evidence
-from allmem.run.files import read_jsonl
 from allmem.tokens import count_tokens
 from allmem.types import CallRecord
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from allmem.run import files
+from allmem import files
 from tests.llm_stub import StubLLM, default_verdict
 
 REPO = Path(__file__).resolve().parents[1]

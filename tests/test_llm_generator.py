@@ -8,11 +8,11 @@ from pathlib import Path
 
 from allmem.defaults import group_node
 from allmem.embed import HashEmbedder
+from allmem.files import read_jsonl
 from allmem.llm import build_llm
 from allmem.llm.prompts import build_request
 from allmem.reader.extractive import ExtractiveGenerator
 from allmem.reader.llm import LLMGenerator, answer_prompt, match_option
-from allmem.run.files import read_jsonl
 from allmem.tokens import count_tokens
 from allmem.types import AnswerRequest, Retrieved
 from tests.llm_stub import StubLLM

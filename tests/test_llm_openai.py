@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from allmem.files import read_jsonl
 from allmem.llm import LLMError, ReplayMiss, build_llm
 from allmem.llm.prompts import build_request
 from allmem.llm.roles import RoleFailure
 from allmem.memory.atc.roles import diagnose, plan_merge
 from allmem.memory.descriptor import Descriptor, describe
 from allmem.metrics.judge import judge_record
-from allmem.run.files import read_jsonl
 from tests.llm_stub import StubLLM, usage_for
 
 KEY = "sk-test-SECRET-7f3a9c"

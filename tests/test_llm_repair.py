@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from allmem.files import read_jsonl
 from allmem.llm import build_llm
 from allmem.llm.ledger import roles_of
 from allmem.llm.prompts import build_request
 from allmem.metrics.judge import judge_record
-from allmem.run.files import read_jsonl
 
 DESCRIPTOR = {"evidence": "[8 May 2023] Caroline: I went to a support group.", "n_keywords": "3"}
 GOOD = {"summary": "Caroline went to a support group on 8 May 2023.", "keywords": ["support group"]}

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from allmem.files import read_jsonl
 from allmem.llm import local_server
 from allmem.report.llm_roles import render
 from allmem.report.runs import find_runs
 from allmem.run import compare
-from allmem.run.files import read_jsonl
 from allmem.run.rejudge import _llm_config
 from tests.faultkit import REPO, allmem_run, done_dir
 

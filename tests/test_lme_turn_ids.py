@@ -12,8 +12,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from allmem import files
 from allmem.metrics.retrieval import session_ranking
-from allmem.run import files
 from allmem.run.runner import run
 from benchmarks.lme_synth import write_longmemeval
 from examples.memory_server import serving

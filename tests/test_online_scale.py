@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 from hydra import compose, initialize_config_dir
 
+from allmem import files
 from allmem.llm.ledger import Ledger
 from allmem.llm.limiter import RateLimiter
-from allmem.run import files
 from allmem.run.compare import same_result
 from allmem.run.questions import answer_questions
 from allmem.run.runner import run

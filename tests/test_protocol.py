@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
+from allmem import files
 from allmem.metrics.protocols import as_protocol, get_protocol
 from allmem.reader.framing import NOT_MENTIONED
 from allmem.report.tables import find_runs, main_table
-from allmem.run import files
 from allmem.run.runner import run
 from allmem.types import AnswerRequest
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
+from allmem import files
 from allmem.errors import RunFailed
-from allmem.run import files
 from allmem.run.compare import same_predictions
 from allmem.run.runner import run
 from examples.memory_server import serving

@@ -8,9 +8,9 @@ from pathlib import Path
 import pandas as pd
 from hydra import compose, initialize_config_dir
 
+from allmem import files
 from allmem.report.paper import summarise
 from allmem.report.targets import CONFIGS, dataset_overrides, sweep_points
-from allmem.run import files
 from allmem.run.runner import run
 from allmem.tokens import count_tokens
 from allmem.types import format_date

@@ -17,9 +17,9 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
+from allmem import files
 from allmem.report.runs import Run
 from allmem.report.site import MARK, PARTS, _views, write_site
-from allmem.run import files
 
 EVIL = "<script>window.PWNED=1</script> what?"
 # (question, gold, prediction of A, prediction of B): A right on q0, q1; B right on q0, q2 (F1 1 or 0)

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from allmem import files
 from allmem.report import table1, views
 from allmem.report.runs import Run
-from allmem.run import files
 
 # (category, question, prediction, gold): set-F1 by hand in the comments
 QUESTIONS = [

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
+from allmem import files
 from allmem.report.wandb_log import flat_metrics
-from allmem.run import files
 from allmem.run.runner import run
 from tests.faultkit import FIXTURES, allmem_run, done_dir, env, run_dirs
 

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from allmem import files
 from allmem.llm.ledger import Ledger
 from allmem.memory.atc.events import EventLog, read_events
-from allmem.run import attempts, files
+from allmem.run import attempts
 from allmem.types import RECORD_VERSION, CallRecord, RecordError
 
 REPO = Path(__file__).resolve().parents[1]
-OWNER = REPO / "allmem" / "run" / "files.py"
+OWNER = REPO / "allmem" / "files.py"
 NAMES = (
     "CONFIG", "PREDICTIONS", "CALLS", "SYSTEM_STATS", "METRICS", "MANIFEST", "EVENTS", "LOCK", "DONE", "PARTS",
     "MERGING", "SHARDS", "SHARD_INFO", "PACING", "JUDGES", "JUDGE_INFO", "VERDICTS",

@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
+from allmem import files
 from allmem.errors import ConfigError
 from allmem.metrics import score_file
 from allmem.metrics.protocols import get_protocol
 from allmem.reader.framing import NOT_MENTIONED
-from allmem.run import files, identity
+from allmem.run import identity
 from allmem.run.runner import run
 from allmem.types import Question
 

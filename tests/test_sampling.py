@@ -11,8 +11,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
+from allmem import files
 from allmem.errors import ConfigError
-from allmem.run import files, identity
+from allmem.run import identity
 from allmem.run.runner import run
 from allmem.types import Dialogue, Question
 from benchmarks import load_dataset, sampling

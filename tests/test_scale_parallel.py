@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from allmem import files
 from allmem.cli import main as cli_main
 from allmem.errors import ConfigError
-from allmem.run import compare, files, parallel, shards
+from allmem.run import compare, parallel, shards
 from tests.faultkit import Result, allmem_run, common, done_dir, env
 
 LME = ("+debug=default", "dataset=longmemeval_s", "method=allmem")  # 3 haystacks, ATC events and LLM calls

@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
+from allmem import files
 from allmem.metrics.protocols import get_protocol
 from allmem.report.cost import markdown_for, run_cost
 from allmem.report.runs import Run
-from allmem.run import files
 from allmem.run.runner import answer_question, ingest
 from allmem.run.timing import model_ms, percentiles, watch
 from allmem.systems import MemorySystem

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from allmem.run import files
+from allmem import files
 from tests.faultkit import FIXTURES, allmem_run, done_dir, env
 
 TINY = FIXTURES / "locomo_tiny.json"

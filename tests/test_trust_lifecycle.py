@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from allmem.run import files
+from allmem import files
 from tests.faultkit import FIXTURES, Result, allmem_run, common, done_dir, env, popen_run
 from tests.llm_stub import StubLLM
 

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from allmem import files
+from allmem.files import read_jsonl
 from allmem.llm import LLMError, build_llm, validate_llm_config
 from allmem.llm.cache import CachedReply, ResponseCache
 from allmem.llm.limiter import RateLimiter
 from allmem.llm.prompts import build_request
-from allmem.run import files
-from allmem.run.files import read_jsonl
 from tests.faultkit import FIXTURES, allmem_run, done_dir, env, run_dirs
 from tests.llm_stub import StubLLM
 

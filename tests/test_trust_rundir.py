@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from allmem.run import files, identity
+from allmem import files
+from allmem.run import identity
 from tests.faultkit import FIXTURES, allmem_run, done_dir, env
 
 TINY = FIXTURES / "locomo_tiny.json"

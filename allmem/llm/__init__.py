@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from allmem import paths
+from allmem.files import CALLS, PACING, plain
 from allmem.llm.base import (
     PHASES,
     ChatRequest,
@@ -26,7 +27,6 @@ from allmem.llm.cache import ResponseCache
 from allmem.llm.client import LLM, CircuitOpen
 from allmem.llm.ledger import Ledger
 from allmem.llm.prompts import build_request
-from allmem.run.files import CALLS, PACING, plain
 
 __all__ = [
     "LLM",

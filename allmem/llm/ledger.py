@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from allmem.run.files import CALLS, CONFIG, append_jsonl, read_config_data, read_jsonl
+from allmem.files import CALLS, CONFIG, append_jsonl, read_config_data, read_jsonl
 from allmem.types import CallRecord
 
 _FIELDS = (

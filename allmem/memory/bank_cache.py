@@ -37,9 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from allmem import cache_store
+from allmem.files import CALLS, EVENTS, dump_line, read_jsonl
 from allmem.memory.persist import load_bank
 from allmem.memory.units import BankError
-from allmem.run.files import CALLS, EVENTS, dump_line, read_jsonl
 
 FORMAT = 3  # 2: the ingestion calls are kept (calls.jsonl); 3: executed edits' ATC lines hold their units
 ENTRY = "entry.json"

@@ -4,7 +4,7 @@ Why this layout: every file is readable with standard tools, nothing executes co
 (``np.load(..., allow_pickle=False)``), and evidence hashes are re-checked on load, so a tampered or corrupted
 evidence record is refused with the file and unit named. A save is atomic: everything is written into a
 temporary sibling folder (``meta.json`` last), which then replaces the target by rename, so a reader sees the
-old bank or the new one, never half of one. (``allmem.run.files.write_folder``).
+old bank or the new one, never half of one. (``allmem.files.write_folder``).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from allmem import files
+from allmem.files import write_folder
 from allmem.memory.bank import BankError, EvidenceRecord, Link, MemoryBank, Unit, evidence_hash
-from allmem.run import files
-from allmem.run.files import write_folder
 from allmem.types import RecordError
 
 FORMAT = "allmem-bank"

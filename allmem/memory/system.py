@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from allmem.defaults import from_node, method_node
+from allmem.files import plain
 from allmem.memory.atc.config import ATCConfig
 from allmem.memory.bank import MemoryBank
 from allmem.memory.bank_cache import BankCache, Expectation, event_digest, ingest_key
@@ -29,7 +30,6 @@ from allmem.memory.probe import ProbeConfig, stage1_probe
 from allmem.memory.recover import recoverability
 from allmem.memory.retrieve import RetrievalConfig, Retriever
 from allmem.memory.write import OnlineWriter, WriteConfig
-from allmem.run.files import plain
 from allmem.systems import MemorySystem, Resources, check_depth_factor
 from allmem.types import RetrievalResult, Retrieved, SessionInfo, Turn
 

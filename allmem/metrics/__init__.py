@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from allmem.files import CONFIG, PREDICTIONS, iter_jsonl, read_config_data
 from allmem.metrics import granularity
 from allmem.metrics.aggregate import summarise
 from allmem.metrics.errata import errata_block
@@ -26,7 +27,6 @@ from allmem.metrics.protocols import (
     get_protocol,
 )
 from allmem.metrics.retrieval import rank_source_ids
-from allmem.run.files import CONFIG, PREDICTIONS, iter_jsonl, read_config_data
 from allmem.types import ASK_POINTS, Prediction
 
 __all__ = [

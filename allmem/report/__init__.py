@@ -19,9 +19,9 @@ import sys
 from pathlib import Path
 
 from allmem.errors import ConfigError
+from allmem.files import CONFIG, write_atomic
 from allmem.paths import results_dir
 from allmem.report.runs import ALLOW_MIXED_CODE, check_same_code
-from allmem.run.files import CONFIG, write_atomic
 from allmem.types import RecordError
 
 MIXED_HELP = "build tables even from runs made by different code (source fingerprints differ or are missing)"

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from allmem import files
 from allmem.report.audit import Edit, Label
-from allmem.run import files
 
 COLUMNS = ("id", "source", "dialogue", "operator", "before", "after", "valid", "harmful", "pattern", "reason")
 ANSWERS = {"yes": True, "no": False, "": None}

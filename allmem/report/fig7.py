@@ -196,8 +196,8 @@ DATASETS_IN_ORDER = ("locomo", "synthetic_drift")  # LoCoMo first; the drift cor
 def render(
     found: Mapping[str, Any], tables: Path, figures: Path, lme: str | None, skipped: str
 ) -> list[Path]:
+    from allmem import files
     from allmem.report.targets import AUDIT
-    from allmem.run import files
 
     case, runs, notes = None, [], []
     for ds in DATASETS_IN_ORDER:

@@ -15,9 +15,9 @@ from typing import Any
 
 import pandas as pd
 
+from allmem import files
 from allmem.report.items import KEYS, item_frame
 from allmem.report.runs import Run
-from allmem.run import files
 
 NOT_CONFIG = ("run", "paths", "wandb", "hydra")  # keys that place or name a run, not what it computed
 

@@ -18,10 +18,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from allmem import cache_store
+from allmem import cache_store, files
 from allmem.paths import cache_dir
 from allmem.report.runs import Run, judge_verdicts
-from allmem.run import files
 
 log = logging.getLogger("allmem.report")
 JUDGE = "judge"  # 1 = yes, 0 = no, NaN = invalid or not judged (left out of the 4o-J denominator)

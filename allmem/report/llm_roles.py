@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from allmem import files
 from allmem.metrics.judge_sanity import KINDS, SANITY
 from allmem.report.cost import run_cost
 from allmem.report.runs import Run
 from allmem.report.tables import markdown
-from allmem.run import files
 
 
 def _pct(x: float | None) -> str:

@@ -18,13 +18,13 @@ from typing import Any
 
 import pandas as pd
 
+from allmem import files
 from allmem.report.compare import compare, fmt_ci, fmt_delta, metric_title
 from allmem.report.figures import pyplot
 from allmem.report.items import item_frame
 from allmem.report.paper_figures import save
 from allmem.report.runs import Run
 from allmem.report.tables import markdown
-from allmem.run import files
 
 WINDOW = "method.context_window"
 TITLES = {"lme_synth": "Synthetic haystacks with LongMemEval-s's shape"}  # targets.ONLY_ON's label

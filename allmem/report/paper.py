@@ -16,6 +16,7 @@ from types import ModuleType
 
 import pandas as pd
 
+from allmem import files
 from allmem.errors import ConfigError
 from allmem.report import ablations, cost, fig7, paper_figures, retrieval, stats, table1, table5, table8
 from allmem.report import equal_context as equal_context_view
@@ -26,7 +27,6 @@ from allmem.report.frame import write_parquet
 from allmem.report.provenance import DATASET_TITLES, ask_note, footer
 from allmem.report.runs import Run, check_same_code, with_judge
 from allmem.report.targets import LME_SKIPPED, ONLY_ON, TARGETS, Point, collect, expand, experiments_of
-from allmem.run import files
 from benchmarks import fit_split
 
 log = logging.getLogger("allmem.report")

@@ -13,10 +13,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from allmem import files
 from allmem.metrics.judge import invalid_note
 from allmem.paths import DATASETS
 from allmem.report.runs import Run
-from allmem.run import files, identity
+from allmem.run import identity
 from benchmarks import LIMITS
 
 DATASET_TITLES = {name: spec.title for name, spec in DATASETS.items()}  # the titles live with the data paths

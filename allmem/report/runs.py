@@ -12,9 +12,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from allmem import files
 from allmem.errors import ConfigError
 from allmem.metrics.protocols import Protocol, as_protocol
-from allmem.run import files, identity
+from allmem.run import identity
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,6 +1,6 @@
 """``allmem report site``: a static site of the results that opens from file:// (no server, no network).
 
-It reads complete run directories only (``allmem.report.runs`` over ``allmem.run.files``' safe loaders) and writes
+It reads complete run directories only (``allmem.report.runs`` over ``allmem.files``' safe loaders) and writes
 ``index.html``, the assets in ``allmem/report/site_assets``, ``index.js`` (what the first page needs: the main
 table's cells, and per question of each run its shared row and verdicts, as one JSON value loaded as a <script>)
 and ``chunks/`` (per run, its answers, the details of each dialogue's questions and each question's packed
@@ -24,18 +24,18 @@ from typing import Any
 
 import numpy as np
 
+from allmem import files
 from allmem.metrics.protocols import credited
 from allmem.paths import results_dir
 from allmem.report.items import item_frame
 from allmem.report.provenance import drawn_from, figure_runs
 from allmem.report.runs import Run, find_runs
 from allmem.report.stats import bootstrap_ci
-from allmem.run import files
 
 ASSETS = Path(__file__).with_name("site_assets")
 INDEX = "index.js"  # what the first page loads: the main table, the explorer list, the comparison
 # Per run: details per dialogue and packed contexts per question, loaded on demand. Not "parts": that is a run
-# directory's worker folder (allmem.run.files), and a run file's name has one home.
+# directory's worker folder (allmem.files), and a run file's name has one home.
 PARTS = "chunks"
 MARK = ".allmem-site"
 CORRECT_F1 = 0.5  # offline proxy for "correct" when no judge verdict exists: token F1 at least this

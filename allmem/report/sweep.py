@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from allmem import files
 from allmem.report.compare import compare, fmt_ci, metric_title
 from allmem.report.figures import pyplot
 from allmem.report.frame import config_columns
@@ -22,7 +23,6 @@ from allmem.report.provenance import footer
 from allmem.report.runs import Run, check_same_code, find_runs
 from allmem.report.table1 import table_metrics
 from allmem.report.tables import markdown
-from allmem.run import files
 
 
 def varying_keys(runs: list[Run]) -> list[str]:

@@ -17,8 +17,8 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import OmegaConf
 
+from allmem import files
 from allmem.paths import DATASETS, config_dir, resolve_data_path
-from allmem.run import files
 from allmem.tokens import count_tokens
 
 LOCOMO_CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from allmem import files
 from allmem.paths import DATASETS
 from allmem.report import audit, audit_sheet
 from allmem.report.provenance import footer
 from allmem.report.runs import Run
 from allmem.report.targets import AUDIT, Point
-from allmem.run import files
 
 Found = dict[str, dict[str, list[Point]]]
 DRIFT = "synthetic_drift"

@@ -17,11 +17,11 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from allmem import cache_store
+from allmem import cache_store, files
 from allmem.defaults import PRIMARY
 from allmem.paths import cache_dir, config_dir, resolve_data_path, user_config_dirs
 from allmem.report.runs import Run, by_hash, find_runs
-from allmem.run import files, identity
+from allmem.run import identity
 
 CONFIGS = config_dir()  # the checkout's configs/, or the copy an install ships
 log = logging.getLogger("allmem.report")
@@ -251,7 +251,7 @@ class Point:
 
 def _fingerprint() -> str:
     """What a composed config's hash depends on besides the overrides: every config file (the user's folders'
-    too), the identity rules (``allmem/run/identity.py``, ``allmem/run/files.py``) and the cache folder the
+    too), the identity rules (``allmem/run/identity.py``, ``allmem/files.py``) and the cache folder the
     configs interpolate."""
     return _fingerprint_of(os.environ.get("ALLMEM_CACHE", ""), _user_digest())
 
@@ -259,7 +259,7 @@ def _fingerprint() -> str:
 @lru_cache(maxsize=4)
 def _fingerprint_of(cache: str, user: str) -> str:
     return cache_store.code_key(
-        ("configs", "allmem/run/identity.py", "allmem/run/files.py"), cache, user, length=16
+        ("configs", "allmem/run/identity.py", "allmem/files.py"), cache, user, length=16
     )
 
 

@@ -113,7 +113,7 @@ def graded_section(runs: Sequence[Run], labels: Sequence[str]) -> str | None:
     None when no run has one."""
     import json
 
-    from allmem.run import files
+    from allmem import files
 
     rows = []
     for run, label in zip(runs, labels, strict=False):  # labels: one per distinct row name

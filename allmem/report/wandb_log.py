@@ -66,9 +66,9 @@ def log_run(cfg: DictConfig, run_dir: Path) -> bool:
         return False
     import wandb
 
+    from allmem.files import DONE, METRICS, read_json
     from allmem.report.items import item_frame
     from allmem.report.runs import load_run
-    from allmem.run.files import DONE, METRICS, read_json
 
     if not (run_dir / DONE).exists():
         raise ValueError(f"{run_dir}: not sealed (no {DONE}); only a complete run is logged")

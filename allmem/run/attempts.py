@@ -18,11 +18,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from allmem import files
 from allmem.errors import ConfigError, RunCorrupt, RunLocked, expected_errors, is_environment_error
 from allmem.fingerprint import source_fingerprint
 from allmem.llm.ledger import roles_of, totals_of
 from allmem.paths import repo_root
-from allmem.run import asking, files
+from allmem.run import asking
 from allmem.types import RECORD_VERSION, Dialogue
 
 log = logging.getLogger("allmem.run")

@@ -11,7 +11,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from allmem.run import attempts, files
+from allmem import files
+from allmem.run import attempts
 from allmem.run.identity import identity, recorded_hash
 
 # Fields that may differ between two runs of the same config on the same data and code, and only those

@@ -14,10 +14,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from allmem import files
 from allmem.errors import ConfigError
 from allmem.fingerprint import source_fingerprint
 from allmem.paths import resolve_data_path  # importing it also registers the ${allmem.repo:...} resolver
-from allmem.run import files
 
 # Keys that place files or tune how a run executes but cannot change a result (docs/DESIGN.md, "Run identity"):
 # left out of the identity hash and of the directory name (a key matches itself and everything below it).

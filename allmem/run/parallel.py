@@ -39,8 +39,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from allmem import files
 from allmem.errors import ConfigError
-from allmem.run import asking, files
+from allmem.run import asking
 from allmem.types import Dialogue
 
 log = logging.getLogger("allmem.run")

@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from allmem.run import files
+from allmem import files
 
 JUDGES, JUDGE_INFO, VERDICTS = files.JUDGES, files.JUDGE_INFO, files.VERDICTS  # run-file names: files.py
 GRADED_TEMPLATE = "judge_graded"

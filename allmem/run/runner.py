@@ -26,13 +26,14 @@ from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
+from allmem import files
 from allmem.budget import Filling, pack
 from allmem.errors import ConfigError, RunFailed
 from allmem.metrics import dataset_for, score_records
 from allmem.metrics.judge import invalid_warning
 from allmem.metrics.protocols import Protocol
 from allmem.metrics.retrieval import kept_ranking, rank_source_ids
-from allmem.run import asking, attempts, files, identity, parallel, preflight, questions, shards
+from allmem.run import asking, attempts, identity, parallel, preflight, questions, shards
 from allmem.run import timing as timers
 from allmem.systems import MemorySystem, Resources
 from allmem.types import ASK_MODES, AnswerInfo, AnswerRequest, Dialogue, Prediction, Question

@@ -28,8 +28,9 @@ from typing import Any, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 
+from allmem import files
 from allmem.errors import ConfigError
-from allmem.run import attempts, files
+from allmem.run import attempts
 
 Shard = tuple[int, int]  # (i, n), 1 <= i <= n
 _NAME = re.compile(r"(\d+)-of-(\d+)")

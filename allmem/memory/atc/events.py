@@ -17,8 +17,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from allmem.files import EVENTS, append_jsonl, iter_jsonl
 from allmem.memory.units import Unit
-from allmem.run.files import EVENTS, append_jsonl, iter_jsonl
 from allmem.types import RecordError
 
 EDIT_LINKS = ("version", "sibling")
