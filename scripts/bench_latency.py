@@ -81,7 +81,7 @@ def locomo_side_by_side(n_dialogues: int) -> list[dict[str, Any]]:
 
     from allmem.llm import build_llm
     from allmem.paths import resolve_data_path
-    from allmem.run.runner import build, ingest
+    from allmem.run.pipeline import build, ingest
     from allmem.systems import Resources
     from benchmarks.locomo import load_locomo
 

@@ -55,7 +55,7 @@ def load_dialogues(data: str | None) -> list[Any]:
 
 
 def build_embedder(cfg: Any) -> Any:
-    from allmem.run.runner import build
+    from allmem.run.pipeline import build
 
     return build(cfg.embedder, cache_dir=Path(cfg.paths.cache_dir) / "embeddings")
 
@@ -65,7 +65,7 @@ def build_systems(
 ) -> dict:
     """One system per dialogue, each fed its whole stream, as the runner feeds it."""
     from allmem.llm import build_llm
-    from allmem.run.runner import build, ingest
+    from allmem.run.pipeline import build, ingest
     from allmem.systems import Resources
 
     cfg = compose(method, overrides)
@@ -137,7 +137,7 @@ def coordinate_search(
 # ---------------------------------------------------------------------------------------------------- baselines
 def turn_systems(factory: Callable[[], Any], dialogues: Sequence[Any]) -> dict[str, Any]:
     """A turn-level baseline per dialogue, fed the dialogue's turns as the runner feeds them."""
-    from allmem.run.runner import ingest
+    from allmem.run.pipeline import ingest
 
     out = {}
     for d in dialogues:

@@ -36,7 +36,7 @@ def fingerprint(n_dialogues: int, methods: Sequence[str]) -> dict[str, Any]:
     from allmem.llm import build_llm
     from allmem.memory.retrieve import Retriever
     from allmem.paths import resolve_data_path
-    from allmem.run.runner import build, ingest
+    from allmem.run.pipeline import build, ingest
     from allmem.systems import Resources
     from benchmarks.locomo import load_locomo
 

@@ -13,7 +13,7 @@ from allmem.budget import context_line, pack
 from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
 from allmem.memory.signals import in_periods, query_periods
-from allmem.run.runner import build
+from allmem.run.pipeline import build
 from allmem.systems import Resources
 from allmem.tokens import count_tokens
 from allmem.types import SessionInfo, Turn

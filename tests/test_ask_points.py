@@ -16,7 +16,7 @@ from allmem.metrics import score_records
 from allmem.report.items import item_frame
 from allmem.report.retention import bin_label, compute
 from allmem.report.runs import load_run
-from allmem.run import asking, identity
+from allmem.run import asking, identity, pipeline
 from allmem.run import runner as runner_mod
 from allmem.types import Dialogue, Question, Session, Turn
 
@@ -117,8 +117,8 @@ class _Spy:
 @pytest.fixture
 def spy(monkeypatch):
     s = _Spy()
-    build = runner_mod.Services.build.__func__
-    answer = runner_mod.answer_question
+    build = pipeline.Services.build.__func__
+    answer = pipeline.answer_question
 
     def spied_build(cls, *args, **kwargs):
         svc = build(cls, *args, **kwargs)
@@ -156,8 +156,8 @@ def spy(monkeypatch):
         s.asked[question.id, "pending"].append(seen)
         return pred
 
-    monkeypatch.setattr(runner_mod.Services, "build", classmethod(spied_build))
-    monkeypatch.setattr(runner_mod, "answer_question", spied_answer)
+    monkeypatch.setattr(pipeline.Services, "build", classmethod(spied_build))
+    monkeypatch.setattr(pipeline, "answer_question", spied_answer)
     return s
 
 

@@ -23,7 +23,8 @@ from omegaconf import DictConfig, OmegaConf
 from allmem import files
 from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
-from allmem.run.runner import build, run
+from allmem.run.pipeline import build
+from allmem.run.runner import run
 from benchmarks import load_dataset
 
 REPO = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 
 from allmem.budget import Filling, context_line, fill, pack
 from allmem.errors import ConfigError
-from allmem.run import identity
+from allmem.run import identity, pipeline
 from allmem.run import runner as runner_mod
 from allmem.tokens import count_tokens
 from allmem.types import Dialogue, RetrievalResult, Retrieved, Session, Turn
@@ -97,13 +97,13 @@ def _system(method: str, tmp_path: Path, cache_dir: Path, *extra: str):
             f"method={method}", "embedder=hash", f"paths.cache_dir={cache_dir}", f"run.root={tmp_path}",
             "run.progress=false", "llm.max_concurrency=1", *extra,
         ])  # fmt: skip
-    return runner_mod.Services.build(cfg, tmp_path).system
+    return pipeline.Services.build(cfg, tmp_path).system
 
 
 def _ingested(method: str, dialogue: Dialogue, tmp_path: Path, cache_dir: Path, *extra: str):
     system = _system(method, tmp_path, cache_dir, *extra)
     system.reset(dialogue.id)
-    runner_mod.ingest(system, dialogue, progress=False)
+    pipeline.ingest(system, dialogue, progress=False)
     return system
 
 
@@ -225,7 +225,7 @@ def test_fill_is_in_the_run_identity_and_not_in_the_bank_cache_key(tmp_path, cac
     keys = set()
     for extra in ([], ["budget.fill=true", "budget.tokens=512"]):
         cfg = _cfg([*base, *extra, f"run.bank_cache={tmp_path / 'banks'}"])
-        keys.add(runner_mod.Services.build(cfg, tmp_path).system.bank_cache.key)
+        keys.add(pipeline.Services.build(cfg, tmp_path).system.bank_cache.key)
     assert len(keys) == 1
 
 

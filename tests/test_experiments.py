@@ -12,7 +12,7 @@ from hydra.utils import instantiate
 from allmem.budget import pack
 from allmem.llm import build_llm
 from allmem.report.targets import CONFIGS, ORDER, TARGETS, sweep_points
-from allmem.run.runner import build, ingest
+from allmem.run.pipeline import build, ingest
 from allmem.systems import MemorySystem, Resources
 from benchmarks import load_dataset
 

@@ -15,7 +15,7 @@ from allmem import files
 from allmem.metrics.protocols import get_protocol
 from allmem.report.cost import markdown_for, run_cost
 from allmem.report.runs import Run
-from allmem.run.runner import answer_question, ingest
+from allmem.run.pipeline import answer_question, ingest
 from allmem.run.timing import model_ms, percentiles, watch
 from allmem.systems import MemorySystem
 from allmem.types import Answer, Dialogue, Question, RetrievalResult, Session

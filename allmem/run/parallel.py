@@ -223,7 +223,7 @@ def _merge_outcome(
 ) -> None:  # fmt: skip
     """Merge dialogue ``i``'s part; when its worker died, record its questions the part did not answer as
     failed (the run is then not complete and the rerun asks them again)."""
-    from allmem.run.runner import _failed
+    from allmem.run.pipeline import failed_record
 
     part = part_dir(out_dir, i)
     recorded = (
@@ -241,7 +241,7 @@ def _merge_outcome(
         )
         lost = [(q, p) for q, p in asking.todo(dialogue.questions, ask, done) if (q.id, p) not in recorded]
         for q, p in lost:
-            failed = replace(_failed(q, why, attempt), ask=p)
+            failed = replace(failed_record(q, why, attempt), ask=p)
             files.append_jsonl(out_dir / files.PREDICTIONS, failed.to_json())
         bar.update(len(lost) + len(recorded))
         log.warning("%s: %d question(s) recorded as failed", why, len(lost))
@@ -289,11 +289,11 @@ def _init(cfg_data: dict[str, Any]) -> None:
 def _work(task: _Task) -> _Outcome:
     """One dialogue in a worker: its own services writing into the part folder, then ``answer_dialogue``."""
     from allmem.llm.client import CircuitOpen
-    from allmem.run import runner
+    from allmem.run import pipeline
 
     cfg = _STATE["cfg"]
     if "embedder" not in _STATE:
-        _STATE["embedder"] = runner.build_embedder(cfg)
+        _STATE["embedder"] = pipeline.build_embedder(cfg)
     if "protocol" not in _STATE:
         from hydra.utils import instantiate
 
@@ -302,7 +302,7 @@ def _work(task: _Task) -> _Outcome:
     part = Path(task.part)
     part.mkdir(parents=True, exist_ok=True)
     dialogue = task.source[0]
-    svc = runner.Services.build(cfg, part, embedder=_STATE["embedder"])
+    svc = pipeline.Services.build(cfg, part, embedder=_STATE["embedder"])
     if svc.ledger is not None:
         svc.ledger.set_attempt(task.attempt)
     todo = asking.todo(dialogue.questions, str(cfg.protocol.get("ask", "end")), set(task.done))
@@ -313,8 +313,8 @@ def _work(task: _Task) -> _Outcome:
             files.JsonlWriter(part / files.SYSTEM_STATS) as stats_out,
             files.JsonlWriter(part / files.CONTEXTS) as contexts_out,
         ):
-            runner.answer_dialogue(
-                cfg, svc, protocol, runner.judge_fn(cfg, svc.llm, protocol), dialogue, todo, task.attempt, out,
+            pipeline.answer_dialogue(
+                cfg, svc, protocol, pipeline.judge_fn(cfg, svc.llm, protocol), dialogue, todo, task.attempt, out,
                 stats_out, count, contexts_out=contexts_out,
             )  # fmt: skip
     except CircuitOpen as exc:

@@ -11,7 +11,7 @@ run if every shard is done: whichever finishes last seals. ``allmem merge RUN_DI
 
 Sealing checks every dialogue is in exactly one shard, writes the run files with each dialogue's lines in the
 dataset's order, the manifest with every shard's attempts (each naming its shard), scores the predictions and
-writes ``metrics.json`` and ``DONE`` (``runner.seal``); the run directory then equals the one a single process
+writes ``metrics.json`` and ``DONE`` (``pipeline.seal``); the run directory then equals the one a single process
 makes (``allmem.run.compare.same_result``) and the shard folders are removed. A failed shard leaves the run
 unsealed; running that shard again completes it and seals.
 """
@@ -124,7 +124,7 @@ def _read_info(path: Path) -> dict[str, Any]:
 
 def _seal(run_dir: Path, protocol: Any = None) -> None:
     """Check the shards cover every dialogue exactly once, combine them, score and seal (see the module doc)."""
-    from allmem.run.runner import seal
+    from allmem.run.pipeline import seal
 
     found = _shard_folders(run_dir)
     if not found:
