@@ -4,7 +4,7 @@ builds a settings dataclass from its node; without Hydra, ``paper(RetrievalConfi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from functools import cache
 from typing import Any, TypeVar
@@ -89,3 +89,16 @@ def cutoffs() -> tuple[tuple[int, ...], int]:
     for scoring outside a run (``allmem score --protocol mem0``) and for library code."""
     node = OmegaConf.load(CONFIG_DIR / f"{PRIMARY}.yaml").protocol
     return tuple(int(k) for k in node.ks), int(node.table_k)
+
+
+def llm_config(overrides: Sequence[str]) -> dict[str, Any]:
+    """The ``llm`` node composed from ``configs/`` with the overrides (each must start with ``llm``): what
+    ``allmem judge`` and ``allmem llm`` take instead of a whole run's config."""
+    from hydra import compose, initialize_config_dir
+
+    bad = [o for o in overrides if not o.lstrip("+").startswith("llm")]
+    if bad:
+        raise ConfigError(f"allmem judge takes llm overrides only (llm=..., llm.judge.model=...), got {bad}")
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        cfg = compose(config_name=PRIMARY, overrides=list(overrides))
+    return plain(cfg.llm)

@@ -19,9 +19,9 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from allmem.defaults import llm_config
 from allmem.llm import local_server
 from allmem.paths import repo_root, resolve_data_path
-from allmem.run.rejudge import _llm_config
 
 BASE_PORT = 8790
 
@@ -65,7 +65,7 @@ def _ask(port: int, prompt: str, max_tokens: int) -> tuple[float, dict]:
 def _servers(n: int, threads: int, folder: Path) -> list[local_server.Server]:
     out = []
     for i in range(n):
-        cfg = _llm_config(["llm=local", f"llm.base_url=http://127.0.0.1:{BASE_PORT + i}/v1",
+        cfg = llm_config(["llm=local", f"llm.base_url=http://127.0.0.1:{BASE_PORT + i}/v1",
                            f"llm.server.threads={threads}"])  # fmt: skip
         srv = local_server.Server.of(cfg, folder=folder)
         print(f"[bench-llm] {local_server.start(srv)}", file=sys.stderr)

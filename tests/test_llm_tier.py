@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from allmem.defaults import llm_config
 from allmem.files import read_jsonl
 from allmem.llm import local_server
 from allmem.report.llm_roles import render
 from allmem.report.runs import find_runs
 from allmem.run import compare
-from allmem.run.rejudge import _llm_config
 from tests.faultkit import REPO, allmem_run, done_dir
 
 # The runs of all methods happen in one module fixture, inside the first test's time limit: on 2 busy cores a
@@ -79,7 +79,7 @@ class Recorder:
 def server() -> local_server.Server:
     # one thread: two OpenMP threads on a 2-core machine whose other core is busy stall each other (measured
     # here: prefill fell from ~180 to ~55 tokens/s and JSON-grammar decoding to ~1 token/s)
-    cfg = _llm_config(["llm=local", f"llm.base_url=http://127.0.0.1:{PORT}/v1", "llm.server.threads=1"])
+    cfg = llm_config(["llm=local", f"llm.base_url=http://127.0.0.1:{PORT}/v1", "llm.server.threads=1"])
     srv = local_server.Server.of(cfg, folder=REPO / ".cache" / "llm")  # the model file is kept between runs
     print(local_server.start(srv))
     yield srv

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from allmem.defaults import llm_config
 from allmem.errors import ConfigError
 from allmem.llm import local_server
-from allmem.run.rejudge import _llm_config
 from tests.faultkit import FIXTURES, REPO, allmem_run
 
 
@@ -24,7 +24,7 @@ def _free_port() -> int:
 
 
 def _server(tmp_path: Path, port: int, *over: str) -> local_server.Server:
-    cfg = _llm_config(["llm=local", f"llm.base_url=http://127.0.0.1:{port}/v1", *over])
+    cfg = llm_config(["llm=local", f"llm.base_url=http://127.0.0.1:{port}/v1", *over])
     return local_server.Server.of(cfg, folder=tmp_path)
 
 
@@ -33,7 +33,7 @@ def test_settings_come_from_the_llm_config_so_client_and_server_agree(tmp_path: 
     assert (srv.port, srv.alias, srv.context, srv.threads) == (9123, "smollm2-135m-instruct-q4_1", 4096, 1)
     assert srv.pid_file == tmp_path / "server-9123.pid" and srv.log_file == tmp_path / "server-9123.log"
     with pytest.raises(ConfigError, match=r"llm.base_url: 'http://10.0.0.5:80/v1': the local server runs on"):
-        local_server.Server.of(_llm_config(["llm=local", "llm.base_url=http://10.0.0.5:80/v1"]))
+        local_server.Server.of(llm_config(["llm=local", "llm.base_url=http://10.0.0.5:80/v1"]))
 
 
 def test_a_port_held_by_another_program_is_refused(tmp_path: Path) -> None:

@@ -303,14 +303,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "overrides", nargs="*", help="llm overrides, e.g. llm.base_url=http://127.0.0.1:9000/v1"
     )
     args = parser.parse_args(argv)
+    from allmem.defaults import llm_config
     from allmem.errors import expected_errors, one_line
-    from allmem.run.rejudge import _llm_config
 
     try:
         if args.action == "install":
             print(f"[allmem llm] {install()}")
             return 0
-        srv = Server.of(_llm_config(["llm=local", *args.overrides]))
+        srv = Server.of(llm_config(["llm=local", *args.overrides]))
         done = {"start": start, "stop": stop, "status": status}[args.action](srv)
     except (ServerError, *expected_errors()) as exc:
         print(f"allmem llm: error: {one_line(exc)}", file=sys.stderr)

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from allmem import files
+from allmem.defaults import llm_config
 
 JUDGES, JUDGE_INFO, VERDICTS = files.JUDGES, files.JUDGE_INFO, files.VERDICTS  # run-file names: files.py
 GRADED_TEMPLATE = "judge_graded"
@@ -138,7 +139,7 @@ def judge_run(run_dir: Path, overrides: Sequence[str] = (), graded: bool = False
         raise ConfigError(f"{run_dir}: not a complete run (no {files.DONE}); finish it with allmem run first")
     stored = files.read_config_data(run_dir)
     protocol = as_protocol(stored.get("protocol") or {"name": "allmem"})  # by name, never by _target_
-    llm_cfg = _llm_config(overrides)
+    llm_cfg = llm_config(overrides)
     records = load_predictions(run_dir / files.PREDICTIONS)
     keyed = {(r["dialogue_id"], r["question_id"], r["ask"]): r for r in records}  # a record per ask point
     with RunLock(run_dir):
@@ -204,7 +205,7 @@ def sanity_run(run_dir: Path, overrides: Sequence[str] = ()) -> Path:
         raise ConfigError(f"{run_dir}: not a complete run (no {files.DONE}); finish it with allmem run first")
     stored = files.read_config_data(run_dir)
     protocol = as_protocol(stored.get("protocol") or {"name": "allmem"})
-    llm_cfg = _llm_config(overrides)
+    llm_cfg = llm_config(overrides)
     records = load_predictions(run_dir / files.PREDICTIONS)
     with RunLock(run_dir):
         ident = identity_of(llm_cfg, protocol, False, {i: r for i, r in enumerate(records)})
@@ -262,22 +263,6 @@ def judged_metrics(run_dir: Path, folder: Path, protocol: Any, stored: Mapping[s
         }
     out["judge_identity"] = json.loads((folder / JUDGE_INFO).read_text(encoding="utf-8"))
     return out
-
-
-def _llm_config(overrides: Sequence[str]) -> dict[str, Any]:
-    """The ``llm`` node composed from ``configs/`` with the overrides (each must start with ``llm``)."""
-    from hydra import compose, initialize_config_dir
-
-    from allmem.defaults import PRIMARY
-    from allmem.errors import ConfigError
-    from allmem.paths import config_dir
-
-    bad = [o for o in overrides if not o.lstrip("+").startswith("llm")]
-    if bad:
-        raise ConfigError(f"allmem judge takes llm overrides only (llm=..., llm.judge.model=...), got {bad}")
-    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-        cfg = compose(config_name=PRIMARY, overrides=list(overrides))
-    return files.plain(cfg.llm)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
