@@ -49,7 +49,6 @@ def _run(argv: list[str]) -> int:
     from allmem.defaults import PRIMARY
     from allmem.paths import config_dir  # also registers the resolvers the configs use
     from allmem.run.identity import credential_override
-    from allmem.run.preflight import renamed_override
     from allmem.run.runner import run
 
     if not config_dir().is_dir():
@@ -57,8 +56,8 @@ def _run(argv: list[str]) -> int:
         return 2
 
     expected = expected_errors()
-    # before Hydra starts: it writes the overrides into its folder, and would call an old key merely unknown
-    if refused := credential_override(argv) or renamed_override(argv):
+    # before Hydra starts: it writes the overrides into its folder
+    if refused := credential_override(argv):
         print(f"allmem run: error: {refused}", file=sys.stderr)
         return 1
 

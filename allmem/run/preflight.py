@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from allmem.errors import ConfigError
 from allmem.files import plain
@@ -27,35 +27,9 @@ log = logging.getLogger("allmem.run")
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
-# Keys that had a second name until each setting got one home (docs/DESIGN.md, defaults): an old key fails in one
-# line naming the new one, on the command line (before Hydra) and in a composed config (an experiment, local file).
-RENAMED: dict[str, str] = {
-    "method.bank_cache": "run.bank_cache",
-    "method.probe.queries": "run.probe_queries",
-    "atc.embed_format": "method.write.embed_format",
-    "method.atc.embed_format": "method.write.embed_format",
-}
-_MISSING = object()
-
-
-def _renamed(key: str) -> str:
-    return f"{key} is now {RENAMED[key]} (one home per setting): set {RENAMED[key]} instead"
-
-
-def renamed_override(argv: Sequence[str]) -> str | None:
-    """The error for a command-line override of a renamed key (``method.bank_cache=...``, ``+atc.embed_format=ref``)."""
-    for arg in argv:
-        key = arg.split("=", 1)[0].lstrip("+~")
-        if "=" in arg and key in RENAMED:
-            return _renamed(key)
-    return None
-
 
 def check_config(cfg: DictConfig) -> None:
     """Raise ``ConfigError`` / ``LLMError`` naming the key for anything that would fail later in the run."""
-    for key in RENAMED:
-        if OmegaConf.select(cfg, key, default=_MISSING) is not _MISSING:
-            raise ConfigError(_renamed(key))
     budget = cfg.budget.get("tokens")
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
         raise ConfigError(f"budget.tokens: must be a non-negative integer, got {budget!r}")
