@@ -39,8 +39,7 @@ JOBS ?= 2
 LME ?=
 SET ?=
 OUT ?= results
-ALLOW_MIXED_CODE ?=
-TARGET_ARGS = --runs $(RUNS) $(if $(LME),--lme $(LME)) $(if $(SET),--set "$(SET)") $(if $(ALLOW_MIXED_CODE),--allow-mixed-code)
+TARGET_ARGS = --runs $(RUNS) $(if $(LME),--lme $(LME)) $(if $(SET),--set "$(SET)")
 EXPERIMENTS = $(VENV)/bin/allmem paper run --jobs $(JOBS) $(TARGET_ARGS)
 SUMMARISE = $(VENV)/bin/allmem report --out $(OUT) $(TARGET_ARGS)
 PAPER_TARGETS := table1 table2 retrieval retention equal_context table3 table4 ablations ablations_hybrid table5 table8 fig3 fig4 fig5 fig6 \
@@ -59,7 +58,7 @@ SWEEPS ?= results/runs/sweeps
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-12s %s\n", $$1, $$2}'
-	@echo "  Variables: RUNS=$(RUNS) JOBS=$(JOBS) OUT=$(OUT) LME=<file> SET=<extra overrides> ALLOW_MIXED_CODE=1 (reuse runs of other code) (paper targets)"
+	@echo "  Variables: RUNS=$(RUNS) JOBS=$(JOBS) OUT=$(OUT) LME=<file> SET=<extra overrides> (paper targets)"
 	@echo "  ALLMEM_CONFIG_PATH=<folder>[:<folder>...]: your own configs; its methods join table1, sweeps, runs (docs/LIBRARY.md)"
 
 $(STAMP): pyproject.toml setup.py $(LOCK)
@@ -168,7 +167,7 @@ sweep: $(STAMP) ## Any Hydra multirun, e.g. make sweep NAME=K ARGS="method=allme
 	@test -n "$(ARGS)" || { echo 'make sweep: give the sweep, e.g. ARGS="method=allmem method.retrieval.K=4,8,16"'; exit 2; }
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(VENV)/bin/allmem run -m $(ARGS) run.root=$(SWEEPS)/$(NAME) \
 		'run.bank_cache=$${paths.cache_dir}/banks' run.progress=false hydra/launcher=local hydra.launcher.n_jobs=$(JOBS)
-	$(VENV)/bin/allmem report sweep --runs $(SWEEPS)/$(NAME) --out $(OUT)/sweeps/$(NAME) $(if $(ALLOW_MIXED_CODE),--allow-mixed-code)
+	$(VENV)/bin/allmem report sweep --runs $(SWEEPS)/$(NAME) --out $(OUT)/sweeps/$(NAME)
 
 bench: $(STAMP) ## Mem-Lat: allmem vs allmem_hybrid on LoCoMo; exact vs approximate search and BM25 up to 10^6 units
 	$(PY) scripts/bench_latency.py

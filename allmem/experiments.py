@@ -26,11 +26,10 @@ def run_experiments(
     lme: str | None,
     extra: Sequence[str],
     dry_run: bool = False,
-    allow_mixed_code: bool = False,
 ) -> int:
     """Launch one Hydra multirun per experiment and dataset whose points are not all complete. A complete run
-    made by other code than this checkout's (``allmem.fingerprint``) is never silently reused: refused in one
-    line unless ``allow_mixed_code`` (docs/DESIGN.md)."""
+    made by other code than this checkout's (``allmem.fingerprint``) is never reused: refused in one line
+    (docs/DESIGN.md)."""
     if not lme and any(e not in targets.ONLY_ON for e in targets.experiments_of(names)):
         print(f"[allmem] {targets.LME_SKIPPED}")
     env = dict(os.environ)
@@ -42,7 +41,7 @@ def run_experiments(
             runs = by_hash(targets.find_runs(root))
         for ds, pts in targets.collect([exp], root, lme, extra, runs)[exp].items():
             try:
-                check_same_code([p.run for p in pts if p.run], allow_mixed_code, source_fingerprint())
+                check_same_code([p.run for p in pts if p.run], source_fingerprint())
             except ConfigError as exc:
                 print(f"[allmem] {exp} on {ds}: error: {exc}", file=sys.stderr)
                 return 1
@@ -83,8 +82,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--lme", default=None, help="path to longmemeval_s_cleaned.json (optional)")
     parser.add_argument("--set", dest="extra", default="", help="extra Hydra overrides for every run, quoted")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
-    parser.add_argument("--allow-mixed-code", action="store_true",
-                        help="reuse complete runs made by other code (another source fingerprint, or none)")  # fmt: skip
     args = parser.parse_args(argv)
     extra = shlex.split(args.extra)
     root = args.runs.expanduser().resolve()  # the same folder for this process and the multiruns it starts
@@ -97,6 +94,4 @@ def main(argv: Sequence[str] | None = None) -> int:
                     state = p.run.path if p.run else "missing"
                     print(f"{exp:14s} {ds:14s} {p.label:40s} {p.config_hash} {state}")
         return 0
-    return run_experiments(
-        args.targets, root, args.jobs, args.lme or None, extra, args.dry_run, args.allow_mixed_code
-    )
+    return run_experiments(args.targets, root, args.jobs, args.lme or None, extra, args.dry_run)

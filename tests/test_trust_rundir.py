@@ -181,7 +181,7 @@ def _set_code(run: Path, code: str | None) -> None:
 
 
 @pytest.mark.parametrize("code", ["0123456789abcdef", None])
-def test_a_table_from_runs_of_different_code_is_refused_unless_allowed(
+def test_a_table_from_runs_of_different_code_is_refused(
     bm25_run: Path, tmp_path: Path, code: str | None
 ) -> None:
     root = tmp_path / "runs"
@@ -191,8 +191,8 @@ def test_a_table_from_runs_of_different_code_is_refused_unless_allowed(
     lines = [x for x in res.stderr.splitlines() if x.strip() and "absl" not in x]
     assert res.returncode == 1 and len(lines) == 1, res.stderr
     assert lines[0].startswith("allmem report: error: 1 of 2 runs were made by other code than the rest")
-    assert "--allow-mixed-code" in lines[0] and f"{root / 'b'}" in lines[0]
-    assert _report(str(root), "--allow-mixed-code").returncode == 0
+    assert lines[0].endswith("delete them and run them again with this code") and f"{root / 'b'}" in lines[0]
+    assert _report(str(root), "--allow-mixed-code").returncode == 2  # no way around it: the option is gone
 
 
 def _targets(*args: str) -> subprocess.CompletedProcess[str]:
@@ -215,8 +215,7 @@ def test_make_targets_never_silently_reuse_runs_of_other_code(tmp_path: Path) ->
     lines = [x for x in res.stderr.splitlines() if x.strip()]
     assert res.returncode == 1 and len(lines) == 1, res.stderr
     assert "1 of " in lines[0] and "made by other code than this code" in lines[0]
-    assert "--allow-mixed-code (make ALLOW_MIXED_CODE=1)" in lines[0]
-    assert _targets("--runs", str(root), "--allow-mixed-code").returncode == 0
+    assert lines[0].endswith("delete them and run them again with this code")
 
 
 # --- item 10: the smaller report cases -------------------------------------------------------------------------
@@ -267,10 +266,21 @@ def test_a_failed_report_write_keeps_the_old_file(tmp_path: Path) -> None:
     assert target.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["fig.png"]
 
 
-def test_allmem_run_reuses_a_run_of_other_code_only_with_a_warning(tmp_path: Path) -> None:
+def test_allmem_run_refuses_a_run_of_other_code(tmp_path: Path) -> None:
+    from allmem.fingerprint import source_fingerprint
+
     args = ("method=bm25", f"dataset.path={TINY}", "run.name=o")
     assert allmem_run(tmp_path, *args).rc == 0
-    _set_code(tmp_path / "runs" / "o", "0123456789abcdef")
+    run = tmp_path / "runs" / "o"
+    _set_code(run, "0123456789abcdef")
     again = allmem_run(tmp_path, *args)
-    assert again.rc == 0 and "[allmem] skip (complete)" in again.out
-    assert "was made by other code (source fingerprint 0123456789abcdef, this code " in again.err
+    assert again.rc == 1 and "[allmem] skip" not in again.out
+    assert again.err_lines == [
+        f"allmem run: error: {run}: made by other code (source fingerprint 0123456789abcdef, this code "
+        f"{source_fingerprint()}); delete it and run again"
+    ]
+    (run / files.DONE).unlink()  # nor is a partial run of other code continued
+    resumed = allmem_run(tmp_path, *args)
+    assert resumed.rc == 1 and resumed.last_line() == again.err_lines[0]
+    shutil.rmtree(run)
+    assert allmem_run(tmp_path, *args).rc == 0

@@ -21,13 +21,11 @@ from pathlib import Path
 from allmem.errors import ConfigError
 from allmem.files import CONFIG, write_atomic
 from allmem.paths import results_dir
-from allmem.report.runs import ALLOW_MIXED_CODE, check_same_code
+from allmem.report.runs import check_same_code
 from allmem.types import RecordError
 
-MIXED_HELP = "build tables even from runs made by different code (source fingerprints differ or are missing)"
 
-
-def build_report(root: Path, allow_mixed_code: bool = False) -> str:
+def build_report(root: Path) -> str:
     from allmem.metrics.judge import invalid_note
     from allmem.report.atc import atc_sections
     from allmem.report.tables import find_runs, group_table, main_table, split_table
@@ -35,7 +33,7 @@ def build_report(root: Path, allow_mixed_code: bool = False) -> str:
     runs = find_runs(root)
     if not runs:
         raise SystemExit(f"allmem report: no complete run directory (with DONE) under {root}")
-    check_same_code(runs, allow_mixed_code)
+    check_same_code(runs)
     sections = []
     for dataset in sorted({r.dataset for r in runs}):
         subset = [r for r in runs if r.dataset == dataset]
@@ -70,9 +68,8 @@ def _overview(argv: list[str]) -> int:
     parser.add_argument("root", type=Path, help="folder holding run directories (searched recursively)")
     parser.add_argument("--out", type=Path, help="also write the Markdown here")
     parser.add_argument("--figures", type=Path, help="also draw the figures (PNG) into this folder")
-    parser.add_argument(ALLOW_MIXED_CODE, action="store_true", help=MIXED_HELP)
     args = parser.parse_args(argv)
-    text = build_report(args.root, args.allow_mixed_code)
+    text = build_report(args.root)
     print(text)
     if args.out:
         write_atomic(args.out, text)
@@ -119,14 +116,13 @@ def _main(argv: list[str]) -> int:
     parser.add_argument(
         "--set", dest="extra", default="", help="the extra Hydra overrides the runs used, quoted"
     )
-    parser.add_argument(ALLOW_MIXED_CODE, action="store_true", help=MIXED_HELP)
     parser.add_argument("--judge", default=None,
                         help="4o-J from the judge folder <run>/judges/<KEY> (allmem judge) instead of the runs' own")  # fmt: skip
     args = parser.parse_args(argv)
     if "sweep" in args.targets:
         from allmem.report.sweep import summarise_sweep
 
-        for path in summarise_sweep(args.runs, args.out, args.allow_mixed_code):
+        for path in summarise_sweep(args.runs, args.out):
             print(f"[allmem] sweep: {path}")
         rest = [t for t in args.targets if t != "sweep"]
         if not rest:
@@ -140,8 +136,7 @@ def _main(argv: list[str]) -> int:
         args.out,
         args.lme or None,
         shlex.split(args.extra),
-        args.allow_mixed_code,
-        args.judge,
+        judge=args.judge,
     )
     return 0
 

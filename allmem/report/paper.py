@@ -345,10 +345,10 @@ STANDALONE: dict[str, Callable[[Found, Path, Path, str | None], list[Path]]] = {
 
 def summarise(
     targets: Sequence[str], root: Path, out: Path, lme: str | None = None, extra: Sequence[str] = (),
-    allow_mixed_code: bool = False, judge: str | None = None,
+    judge: str | None = None,
 ) -> list[Path]:  # fmt: skip
     """Write the tables and figures of ``targets`` (groups allowed) under ``out``; returns the files written.
-    Refuses runs made by different code unless ``allow_mixed_code`` (``runs.check_same_code``)."""
+    Refuses runs made by different code (``runs.check_same_code``)."""
     names = expand(targets)
     found = collect(experiments_of(names), root, lme, extra)
     used = [p.run for per in found.values() for pts in per.values() for p in pts if p.run is not None]
@@ -358,7 +358,7 @@ def summarise(
         raise ConfigError(
             f"no complete run under {root} for {', '.join(names)}; run them first (make {' '.join(names)})"
         )
-    check_same_code(used, allow_mixed_code)
+    check_same_code(used)
     if (
         judge is not None
     ):  # the 4o-J column from another judge (allmem judge RUN_DIR ...): every run must have it

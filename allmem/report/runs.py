@@ -69,7 +69,7 @@ class Run:
 
     @cached_property
     def config_hash(self) -> str:
-        """The run's identity as the runner recorded it (config and data); computed for runs that predate that."""
+        """The run's identity as the runner recorded it (config and data)."""
         return str(identity.recorded_hash(self.path))
 
     def value(self, key: str, default: Any = None) -> Any:
@@ -83,10 +83,8 @@ class Run:
 
     @property
     def code(self) -> str | None:
-        """The source fingerprint (``allmem.fingerprint``) every attempt of the run was made with; None when the
-        run records none or its attempts were made by different code."""
-        codes = {a.get("code") for a in self.manifest.get("attempts") or [self.manifest]}
-        return codes.pop() if len(codes) == 1 and None not in codes else None
+        """The source fingerprint every attempt of the run was made with (``identity.made_by``)."""
+        return identity.made_by(self.manifest)
 
     @property
     def git_sha(self) -> str | None:
@@ -194,15 +192,10 @@ def by_hash(runs: Iterable[Run]) -> dict[str, Run]:
     return {run.config_hash: run for run in sorted(runs, key=lambda r: (r.written_at or "", str(r.path)))}
 
 
-ALLOW_MIXED_CODE = "--allow-mixed-code"
-
-
-def check_same_code(runs: Sequence[Run], allow: bool = False, code: str | None = None) -> None:
+def check_same_code(runs: Sequence[Run], code: str | None = None) -> None:
     """Refuse (``ConfigError``, one line) to build from runs made by different code: their fingerprints differ,
-    one records none (counts as different), or, given ``code``, one differs from it. ``allow``: the user's
-    ``--allow-mixed-code``. The rule is in docs/DESIGN.md."""
-    if allow:
-        return
+    one records none (counts as different), or, given ``code``, one differs from it. The rule is in
+    docs/DESIGN.md."""
     codes = [r.code for r in runs]
     other = [r for r in runs if r.code is None or r.code != (code or codes[0])]
     if not other or (code is None and len(runs) < 2):
@@ -211,6 +204,5 @@ def check_same_code(runs: Sequence[Run], allow: bool = False, code: str | None =
     raise ConfigError(
         f"{len(other)} of {len(runs)} runs were made by other code than {'this code' if code else 'the rest'} "
         f"(source fingerprints {', '.join(seen[:4])}{', ...' if len(seen) > 4 else ''}; e.g. {other[0].path}): "
-        f"delete them to run again with this code, or pass {ALLOW_MIXED_CODE} (make ALLOW_MIXED_CODE=1) "
-        "to use them anyway"
+        "delete them and run them again with this code"
     )

@@ -54,11 +54,11 @@ def summary_frame(runs: list[Run]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def summarise_sweep(root: Path, out: Path, allow_mixed_code: bool = False) -> list[Path]:
+def summarise_sweep(root: Path, out: Path) -> list[Path]:
     runs = find_runs(root)
     if not runs:
         raise SystemExit(f"allmem report sweep: no complete run directory (with DONE) under {root}")
-    check_same_code(runs, allow_mixed_code)
+    check_same_code(runs)
     table = summary_frame(runs)
     keys = [k.removeprefix("cfg.") for k in varying_keys(runs)]
     metrics = [m for m in table_metrics(runs) if m in table]

@@ -24,6 +24,7 @@ from allmem.fingerprint import source_fingerprint
 from allmem.llm.ledger import roles_of, totals_of
 from allmem.paths import repo_root
 from allmem.run import asking
+from allmem.run.identity import refuse_other_code
 from allmem.types import RECORD_VERSION, Dialogue
 
 log = logging.getLogger("allmem.run")
@@ -147,13 +148,11 @@ def _read_manifest(run_dir: Path) -> dict[str, Any]:
 
 def begin(run_dir: Path, data_files: Iterable[Path], backend: dict[str, Any], digest: str) -> int:
     """Add this attempt to the manifest (every earlier one kept) and return its number. Refuses to continue a
-    run whose data changed since its first attempt (a ``run.name`` directory may outlive its data file)."""
+    run whose data changed since its first attempt (a ``run.name`` directory may outlive its data file), or
+    that other code began (``identity.refuse_other_code``)."""
+    refuse_other_code(run_dir)
     manifest = _read_manifest(run_dir)
     attempts = list(manifest.get("attempts") or ())
-    if manifest and not attempts:  # written before attempts were listed: its top level was attempt 1
-        attempts = [
-            {"attempt": 1, "status": "unknown", **{k: v for k, v in manifest.items() if k != "attempts"}}
-        ]
     first = next((a.get("data_digest") for a in attempts if a.get("data_digest")), None)
     if first is not None and first != digest:
         raise ConfigError(

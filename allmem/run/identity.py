@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -186,8 +185,8 @@ def credential_override(argv: Iterable[str]) -> str | None:
 
 
 def recorded_hash(run_dir: Path) -> str | None:
-    """The identity hash a complete run recorded (``metrics.json`` ``run.config_hash``), else computed from its
-    stored config and the data digest of its first attempt."""
+    """The identity hash a complete run recorded (``metrics.json`` ``run.config_hash``); for one not sealed yet,
+    computed from its stored config and the data digest of its first attempt."""
     recorded = (files.read_json(run_dir / files.METRICS, {}).get("run") or {}).get("config_hash")
     if recorded or not (run_dir / files.CONFIG).exists():
         return str(recorded) if recorded else None
@@ -210,13 +209,27 @@ def reusable(run_dir: Path, cfg: DictConfig, digest: str) -> bool:
             f"{run_dir}: holds a complete run of another config or data (hash {have}, this one {want}); "
             "choose another run.name or delete the folder"
         )
-    made_by = files.read_json(run_dir / files.MANIFEST, {}).get("code")
-    if made_by != source_fingerprint():  # reused as asked, but never silently (the paper targets refuse it)
-        logging.getLogger("allmem.run").warning(
-            "%s was made by other code (source fingerprint %s, this code %s); delete it to run it again",
-            run_dir, made_by or "none", source_fingerprint(),
-        )  # fmt: skip
+    refuse_other_code(run_dir)
     return True
+
+
+def made_by(manifest: dict[str, Any]) -> str | None:
+    """The source fingerprint (``allmem.fingerprint``) every attempt of a run was made with; None when the run
+    records none or its attempts were made by different code."""
+    codes = {a.get("code") for a in manifest.get("attempts") or [manifest]}
+    return codes.pop() if len(codes) == 1 and None not in codes else None
+
+
+def refuse_other_code(run_dir: Path) -> None:
+    """A ``ConfigError`` (one line) when the run in ``run_dir`` was made, or begun, by other code than this
+    checkout's: its records, hashes and keys are those of that code, so it is neither reused nor continued."""
+    manifest = files.read_json(run_dir / files.MANIFEST, {})
+    if not manifest or made_by(manifest) == source_fingerprint():
+        return
+    raise ConfigError(
+        f"{run_dir}: made by other code (source fingerprint {made_by(manifest) or 'none or mixed'}, this code "
+        f"{source_fingerprint()}); delete it and run again"
+    )
 
 
 def complete_twin(run_dir: Path) -> Path | None:
@@ -226,7 +239,10 @@ def complete_twin(run_dir: Path) -> Path | None:
     label, _, digest = run_dir.name.rpartition("-")
     if not label or len(digest) != 10 or any(c not in "0123456789abcdef" for c in digest):
         return None
-    return next((done.parent for done in sorted(run_dir.parent.glob(f"*-{digest}/{files.DONE}"))), None)
+    twin = next((done.parent for done in sorted(run_dir.parent.glob(f"*-{digest}/{files.DONE}"))), None)
+    if twin is not None:
+        refuse_other_code(twin)
+    return twin
 
 
 def prepare(run_dir: Path, cfg: DictConfig) -> None:
