@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 from omegaconf import DictConfig, OmegaConf
 
 from allmem.errors import ConfigError
-from allmem.types import RecordError
+from allmem.types import RecordError, record_key
 
 CONFIG = "config.yaml"
 PREDICTIONS = "predictions.jsonl"
@@ -503,11 +503,7 @@ class JsonlWriter:
 def completed_ids(run_dir: Path) -> set[tuple[str, str]]:
     """(question id, ask point) of the records answered for good (a record without ``ask``: "end"): a failed
     line (``error`` set) does not count, so it is asked again."""
-    return {
-        (r["question_id"], r.get("ask") or "end")
-        for r in read_jsonl(run_dir / PREDICTIONS)
-        if r.get("error") is None
-    }
+    return {record_key(r)[1:] for r in read_jsonl(run_dir / PREDICTIONS) if r.get("error") is None}
 
 
 def sha256_file(path: str | os.PathLike[str]) -> str:

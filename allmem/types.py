@@ -213,6 +213,14 @@ ASK_POINTS = ("end", "after_evidence")
 ASK_MODES = {"end": ("end",), "after_evidence": ("after_evidence",), "both": ("after_evidence", "end")}
 
 
+def record_key(record: Mapping[str, Any]) -> tuple[str, Any, Any]:
+    """(dialogue id, question id, ask point): what tells one record of a run from another, and the key of its
+    packed context (``contexts.jsonl.gz``) and of a judge's verdict (``allmem judge``); the one place it is
+    built. A record naming no ask point was asked at the end (a predictions file ``allmem score`` reads need
+    not say)."""
+    return record.get("dialogue_id") or "", record.get("question_id"), record.get("ask") or "end"
+
+
 @dataclass(frozen=True)
 class AnswerInfo:
     """Where an answer came from: the prompt (template, hash: the key of ``calls.jsonl`` and of the response
@@ -362,7 +370,7 @@ class Prediction:
         if not isinstance(answer, Mapping):
             raise RecordError(f"{where}: field 'answer' must be an object, got {type(answer).__name__}")
         known = {f.name for f in fields(AnswerInfo)}
-        ask = raw.get("ask") or "end"
+        ask = record_key(raw)[2]
         if ask not in ASK_POINTS:
             raise RecordError(f"{where}: field 'ask' must be one of {ASK_POINTS}, got {ask!r}")
         since = raw.get("since")

@@ -27,7 +27,7 @@ from allmem.metrics.protocols import (
     get_protocol,
 )
 from allmem.metrics.retrieval import rank_source_ids
-from allmem.types import ASK_POINTS, Prediction
+from allmem.types import ASK_POINTS, Prediction, record_key
 
 __all__ = [
     "Protocol",
@@ -56,7 +56,7 @@ def _validate_all(records: Sequence[Any], places: Sequence[str]) -> list[dict[st
                 "run it again to retry its failed questions, then score it"
             )
         rec = pred.scoring_view()
-        key = (rec["dialogue_id"], rec["question_id"], rec["ask"])  # ask=both: a record per ask point
+        key = record_key(rec)  # ask=both: a record per ask point
         if key in seen:
             raise RecordError(
                 f"{where}: field 'question_id': duplicate {rec['question_id']!r} (first at {seen[key]})"

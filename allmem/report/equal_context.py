@@ -26,13 +26,14 @@ from allmem.report.items import KEYS, item_frame
 from allmem.report.retention import metrics_of
 from allmem.report.runs import Run
 from allmem.report.tables import markdown
+from allmem.types import record_key
 
 COLUMNS = ["label", "dataset", "size", "n", "tokens", "full", "metric", "mean", "low", "high"]
 
 
 def packing(run: Run) -> pd.DataFrame:
     """Per record: the keys, ``context_tokens`` and ``full`` (a unit was dropped: ``dropped_tokens`` > 0)."""
-    rows = [{"dialogue_id": r.get("dialogue_id"), "question_id": r["question_id"], "ask": r.get("ask") or "end",
+    rows = [{"dialogue_id": r.get("dialogue_id"), "question_id": r["question_id"], "ask": record_key(r)[2],
              "packed": int(r.get("context_tokens") or 0), "full": bool(r.get("dropped_tokens"))}
             for r in run.records()]  # fmt: skip
     return pd.DataFrame(rows, columns=[*KEYS, "packed", "full"])

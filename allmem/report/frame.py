@@ -18,6 +18,7 @@ import pandas as pd
 from allmem import files
 from allmem.report.items import KEYS, item_frame
 from allmem.report.runs import Run
+from allmem.types import record_key
 
 NOT_CONFIG = ("run", "paths", "wandb", "hydra")  # keys that place or name a run, not what it computed
 
@@ -52,7 +53,7 @@ def run_frame(run: Run) -> pd.DataFrame:
                 row[key] = json.dumps(value, sort_keys=True, default=str)
             else:
                 row[key] = value
-        row["ask"] = rec.get("ask") or "end"  # records before version 4 were all asked at the end
+        row["ask"] = record_key(rec)[2]
         rows.append(row)
     frame = pd.DataFrame(rows)
     scores = item_frame(run).drop(columns=["group", "context_tokens"], errors="ignore")

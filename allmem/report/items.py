@@ -21,6 +21,7 @@ import pandas as pd
 from allmem import cache_store, files
 from allmem.paths import cache_dir
 from allmem.report.runs import Run, judge_verdicts
+from allmem.types import record_key
 
 log = logging.getLogger("allmem.report")
 JUDGE = "judge"  # 1 = yes, 0 = no, NaN = invalid or not judged (left out of the 4o-J denominator)
@@ -36,7 +37,7 @@ def _score(run: Run) -> pd.DataFrame:
     rows = []
     for rec, item in zip(records, items, strict=True):
         row: dict[str, object] = {k: rec.get(k) for k in KEYS}
-        row["ask"] = rec.get("ask") or "end"
+        row["ask"] = record_key(rec)[2]
         row["group"] = str(rec["category"]) if rec.get("category") is not None else rec.get("question_type")
         row["included"] = item is not None
         row["context_tokens"] = rec.get("context_tokens")

@@ -25,6 +25,7 @@ from allmem.report.figures import pyplot
 from allmem.report.items import KEYS, item_frame
 from allmem.report.runs import Run
 from allmem.report.tables import markdown
+from allmem.types import record_key
 
 # Lower edges of the distance bins: a bin holds [edge, next edge); the last one is open.
 TURN_EDGES = (0, 1, 10, 50, 100, 200, 400)
@@ -65,7 +66,7 @@ def item_distances(run: Run) -> pd.DataFrame:
         if since is None:
             continue
         rows.append({"dialogue_id": rec.get("dialogue_id"), "question_id": rec["question_id"],
-                     "ask": rec.get("ask") or "end", "turns": int(since["turns"]),
+                     "ask": record_key(rec)[2], "turns": int(since["turns"]),
                      "sessions": int(since["sessions"])})  # fmt: skip
     return pd.DataFrame(rows, columns=[*KEYS, "turns", "sessions"])
 

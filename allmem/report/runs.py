@@ -16,6 +16,7 @@ from allmem import files
 from allmem.errors import ConfigError
 from allmem.metrics.protocols import Protocol, as_protocol
 from allmem.run import identity
+from allmem.types import record_key
 
 
 @dataclass(frozen=True, eq=False)
@@ -117,13 +118,13 @@ class Run:
     @cached_property
     def asks(self) -> tuple[str, ...]:
         """The ask points the run's records hold (``end``, ``after_evidence``; a record without one: end)."""
-        return tuple(sorted({r.get("ask") or "end" for r in self._records}))
+        return tuple(sorted({record_key(r)[2] for r in self._records}))
 
     def end_records(self) -> list[dict[str, Any]]:
         """One record per question, the paper's protocol: with two ask points (``protocol.ask=both``) the records
         asked at the stream's end, else every record (``allmem.report.items.at_end`` for score frames)."""
         if len(self.asks) > 1 and "end" in self.asks:
-            return [r for r in self._records if (r.get("ask") or "end") == "end"]
+            return [r for r in self._records if record_key(r)[2] == "end"]
         return self._records
 
     def stats(self) -> dict[str, dict[str, Any]]:

@@ -31,6 +31,7 @@ from allmem.report.items import item_frame
 from allmem.report.provenance import drawn_from, figure_runs
 from allmem.report.runs import Run, find_runs
 from allmem.report.stats import bootstrap_ci
+from allmem.types import record_key
 
 ASSETS = Path(__file__).with_name("site_assets")
 INDEX = "index.js"  # what the first page loads: the main table, the explorer list, the comparison
@@ -55,12 +56,8 @@ def _hit(rec: dict[str, Any], k: int) -> bool | None:
 
 
 def _contexts(run: Run) -> dict[tuple[Any, Any, str], dict[str, Any]]:
-    """``contexts.jsonl.gz`` by record key (dialogue, question, ask point); {} for a run that did not store them
-    (records before version 5)."""
-    return {
-        (c.get("dialogue_id"), c.get("question_id"), c.get("ask") or "end"): c
-        for c in files.read_jsonl(run.path / files.CONTEXTS)
-    }
+    """``contexts.jsonl.gz`` by record key (``allmem.types.record_key``)."""
+    return {record_key(c): c for c in files.read_jsonl(run.path / files.CONTEXTS)}
 
 
 def _context_lines(rec: dict[str, Any], ctx: dict[str, Any] | None) -> list[list[Any]] | None:
@@ -164,7 +161,7 @@ def _run_data(run: Run, ri: int, w: _Writer) -> dict[str, Any]:
         answers.append(rec.get("prediction"))
         split.append("fit" if dialogue in fit else "held-out")
         groups.append(group)
-        lines = _context_lines(rec, contexts.get((dialogue, rec.get("question_id"), rec.get("ask") or "end")))
+        lines = _context_lines(rec, contexts.get(record_key(rec)))
         key = json.dumps(dialogue, default=_plain)
         if key not in details:
             details[key] = {}

@@ -25,7 +25,7 @@ from allmem.llm.ledger import roles_of, totals_of
 from allmem.paths import repo_root
 from allmem.run import asking
 from allmem.run.identity import refuse_other_code
-from allmem.types import RECORD_VERSION, Dialogue
+from allmem.types import RECORD_VERSION, Dialogue, record_key
 
 log = logging.getLogger("allmem.run")
 
@@ -208,9 +208,7 @@ def resume(
     done = files.completed_ids(run_dir)
     # a context whose record is not kept (failed, or cut before its prediction line) is written again with it;
     # those of a redone dialogue's answered questions stay, as their records do
-    files.drop_lines(
-        run_dir / files.CONTEXTS, lambda r: (r.get("question_id"), r.get("ask") or "end") not in done
-    )
+    files.drop_lines(run_dir / files.CONTEXTS, lambda r: record_key(r)[1:] not in done)
     redo = [d.id for d in dialogues if asking.todo(d.questions, ask, done)]
     again = set(redo)
     files.drop_lines(run_dir / files.SYSTEM_STATS, lambda r: r.get("dialogue_id") in again)

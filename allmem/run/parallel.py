@@ -42,7 +42,7 @@ from omegaconf import DictConfig, OmegaConf
 from allmem import files
 from allmem.errors import ConfigError
 from allmem.run import asking
-from allmem.types import Dialogue
+from allmem.types import Dialogue, record_key
 
 log = logging.getLogger("allmem.run")
 
@@ -227,9 +227,7 @@ def _merge_outcome(
 
     part = part_dir(out_dir, i)
     recorded = (
-        {(r["question_id"], r.get("ask") or "end") for r in files.read_jsonl(part / files.PREDICTIONS)}
-        if part.is_dir()
-        else set()
+        {record_key(r)[1:] for r in files.read_jsonl(part / files.PREDICTIONS)} if part.is_dir() else set()
     )
     if part.is_dir():
         merge_part(part, out_dir)

@@ -35,6 +35,7 @@ from typing import Any
 
 from allmem import files
 from allmem.defaults import llm_config
+from allmem.types import record_key
 
 JUDGES, JUDGE_INFO, VERDICTS = files.JUDGES, files.JUDGE_INFO, files.VERDICTS  # run-file names: files.py
 GRADED_TEMPLATE = "judge_graded"
@@ -141,7 +142,7 @@ def judge_run(run_dir: Path, overrides: Sequence[str] = (), graded: bool = False
     protocol = as_protocol(stored.get("protocol") or {"name": "allmem"})  # by name, never by _target_
     llm_cfg = llm_config(overrides)
     records = load_predictions(run_dir / files.PREDICTIONS)
-    keyed = {(r["dialogue_id"], r["question_id"], r["ask"]): r for r in records}  # a record per ask point
+    keyed = {record_key(r): r for r in records}  # a record per ask point
     with RunLock(run_dir):
         probe = build_llm(llm_cfg)
         if not probe.can_judge:
@@ -229,10 +230,7 @@ def verdicts_of(folder: Path) -> dict[tuple[str, str], dict[str, Any]]:
     path = folder / VERDICTS
     if not path.exists():
         return {}
-    return {
-        (v["dialogue_id"], v["question_id"], v.get("ask") or "end"): v["judge"]
-        for _, v in files.iter_jsonl(path)
-    }
+    return {record_key(v): v["judge"] for _, v in files.iter_jsonl(path)}
 
 
 def judged_metrics(run_dir: Path, folder: Path, protocol: Any, stored: Mapping[str, Any]) -> dict[str, Any]:
@@ -244,7 +242,7 @@ def judged_metrics(run_dir: Path, folder: Path, protocol: Any, stored: Mapping[s
     rejudged = []
     for rec in raw:
         rec = {k: v for k, v in rec.items() if k != "judge"}
-        judge = verdicts.get((rec.get("dialogue_id", ""), rec.get("question_id"), rec.get("ask") or "end"))
+        judge = verdicts.get(record_key(rec))
         if judge is not None:
             rec["judge"] = {k: v for k, v in judge.items() if k != "grade"}
         rejudged.append(rec)
@@ -252,7 +250,7 @@ def judged_metrics(run_dir: Path, folder: Path, protocol: Any, stored: Mapping[s
     out = score_records(rejudged, protocol, dataset=dataset)
     grades = [v.get("grade") for v in verdicts.values()]
     if any(g is not None for g in grades):
-        keys = [(r.get("dialogue_id", ""), r.get("question_id"), r.get("ask") or "end") for r in raw]
+        keys = [record_key(r) for r in raw]
         groups: dict[str, list[str | None]] = {}
         for rec, key in zip(raw, keys, strict=True):
             group = str(rec["category"]) if rec.get("category") is not None else str(rec.get("question_type"))
