@@ -54,12 +54,14 @@ def _drop_keys(data: dict[str, Any], prefixes: Iterable[str], parent: str = "") 
 
 def identity(cfg: DictConfig | dict[str, Any]) -> dict[str, Any]:
     """The resolved config without the keys in ``NOT_IDENTITY``: what a run's results depend on, besides data.
-    A plain dict (a stored config, ``files.read_config_data``) is taken as it is, never resolved."""
+    A plain dict (a stored config, ``files.read_config_data``) is taken as it is, never resolved. A key at a value
+    that changes nothing (the default ask point, a budget that only caps, sampling switched off) is left out, so
+    a config that names it and one that does not are the same run."""
     data = cfg if isinstance(cfg, dict) else files.plain(cfg)
     if isinstance(data.get("protocol"), dict) and data["protocol"].get("ask", "end") == "end":
-        data = _drop_keys(data, ("protocol.ask",))  # the default ask point: hashes of earlier runs hold
+        data = _drop_keys(data, ("protocol.ask",))  # the default ask point
     if isinstance(data.get("budget"), dict) and not data["budget"].get("fill", False):
-        data = _drop_keys(data, ("budget.fill",))  # a cap only (the default): earlier hashes hold
+        data = _drop_keys(data, ("budget.fill",))  # a cap only (the default)
     dataset = data.get("dataset")
     if (
         isinstance(dataset, dict)
@@ -71,7 +73,7 @@ def identity(cfg: DictConfig | dict[str, Any]) -> dict[str, Any]:
 
 
 # Sampling keys (benchmarks/sampling.py) count only when sampling is on: with ``sample`` and
-# ``sample_dialogues`` both null the seed changes nothing, and the hashes of runs made before the keys existed hold.
+# ``sample_dialogues`` both null the seed changes nothing.
 _SAMPLING = ("dataset.sample", "dataset.sample_seed", "dataset.sample_dialogues")
 
 
