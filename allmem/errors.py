@@ -14,6 +14,11 @@ class ConfigError(ValueError):
     """A configuration value that cannot work; the message names the key (``llm.base_url``, ``budget.tokens``)."""
 
 
+class LLMError(RuntimeError):
+    """A configuration or usage error of the LLM layer that must stop the run (bad config, missing key, replay
+    miss); raised by ``allmem/llm/`` and the methods calling it."""
+
+
 class RunLocked(RuntimeError):
     """Another process is running the same run directory."""
 
@@ -55,7 +60,6 @@ def is_environment_error(exc: BaseException) -> bool:
 
 def expected_errors() -> tuple[type[BaseException], ...]:
     """Every error class ``allmem run`` prints as one line (imported here so the CLI need not know where)."""
-    from allmem.llm.base import LLMError
     from allmem.paths import DataNotFoundError
     from allmem.types import RecordError
     from benchmarks.errors import DatasetError

@@ -52,7 +52,8 @@ from typing import Any
 
 import numpy as np
 
-from allmem.llm.base import ChatRequest, LLMError
+from allmem.errors import LLMError
+from allmem.llm.base import ChatRequest
 from allmem.systems import Resources
 from allmem.types import RetrievalResult, Retrieved, Turn, format_date, utterance_line
 

@@ -66,7 +66,8 @@ from typing import Any
 import igraph as ig
 import numpy as np
 
-from allmem.llm.base import ChatRequest, LLMError
+from allmem.errors import LLMError
+from allmem.llm.base import ChatRequest
 from allmem.systems import MemorySystem, Resources
 from allmem.text import index_terms
 from allmem.threads import single_thread_blas, single_thread_openmp

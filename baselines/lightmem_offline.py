@@ -17,7 +17,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from allmem.llm.base import ChatRequest, LLMError
+from allmem.errors import LLMError
+from allmem.llm.base import ChatRequest
 from allmem.text import STOP_WORDS, words
 
 from ._common import content_terms, has_change_cue, is_filler, names

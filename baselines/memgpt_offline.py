@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from allmem.llm.base import ChatRequest, LLMError
+from allmem.errors import LLMError
+from allmem.llm.base import ChatRequest
 
 from ._common import content_terms, is_filler, keywords, names, phrases, sentences, unique
 

@@ -13,16 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from allmem import paths
+from allmem.errors import LLMError
 from allmem.files import CALLS, PACING, plain
-from allmem.llm.base import (
-    PHASES,
-    ChatRequest,
-    ChatResult,
-    LLMError,
-    ParseFailure,
-    ReplayMiss,
-    TransportError,
-)
+from allmem.llm.base import PHASES, ChatRequest, ChatResult, ParseFailure, ReplayMiss, TransportError
 from allmem.llm.cache import ResponseCache
 from allmem.llm.client import LLM, CircuitOpen
 from allmem.llm.ledger import Ledger

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from allmem.errors import LLMError
+
 #: Every call carries one of these phase tags; cost tables are keyed by them.
 PHASES: tuple[str, ...] = (
     "write",
@@ -22,10 +24,6 @@ PHASES: tuple[str, ...] = (
     "generate",
     "judge",
 )
-
-
-class LLMError(RuntimeError):
-    """A configuration or usage error that must stop the run (bad config, missing key, replay miss)."""
 
 
 class ReplayMiss(LLMError):

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from allmem.llm.base import LLMError
+from allmem.errors import LLMError
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (

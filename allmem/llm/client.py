@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
-from allmem.llm.base import BackendReply, ChatRequest, ChatResult, LLMError, ReplayMiss, TransportError
+from allmem.errors import LLMError
+from allmem.llm.base import BackendReply, ChatRequest, ChatResult, ReplayMiss, TransportError
 from allmem.llm.cache import CachedReply, ResponseCache, cache_key, usable
 from allmem.llm.ledger import Ledger
 from allmem.llm.prompts import load_template, parse_reply

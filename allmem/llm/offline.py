@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from allmem.llm.base import BackendReply, ChatRequest, LLMError
+from allmem.errors import LLMError
+from allmem.llm.base import BackendReply, ChatRequest
 
 
 def has_offline_reply(req: ChatRequest) -> bool:

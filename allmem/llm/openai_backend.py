@@ -18,7 +18,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from allmem.llm.base import BackendReply, ChatRequest, LLMError, TransportError
+from allmem.errors import LLMError
+from allmem.llm.base import BackendReply, ChatRequest, TransportError
 from allmem.llm.limiter import RateLimiter
 from allmem.llm.retry import Retrying, retry_after_s
 

@@ -20,7 +20,8 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from allmem.llm.base import BackendReply, ChatRequest, LLMError
+from allmem.errors import LLMError
+from allmem.llm.base import BackendReply, ChatRequest
 
 
 class ScriptedBackend:

@@ -16,10 +16,9 @@ from urllib.parse import urlsplit
 
 from omegaconf import DictConfig
 
-from allmem.errors import ConfigError
+from allmem.errors import ConfigError, LLMError
 from allmem.files import plain
 from allmem.llm import cache_path, validate_llm_config
-from allmem.llm.base import LLMError
 from allmem.types import Dialogue
 from benchmarks import check_limits
 

@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from allmem.llm.base import ChatRequest, LLMError
+from allmem.errors import LLMError
+from allmem.llm.base import ChatRequest
 from allmem.memory.atc import drift
 from allmem.memory.descriptor import offline_descriptor
 
