@@ -16,7 +16,7 @@ export TOKENIZERS_PARALLELISM := false
 # `make test-latest` runs the suite on those in a throwaway venv first (docs/REPRODUCE.md, "Setup").
 LOCK ?= requirements.lock
 LLM_LOCK := requirements-llm.lock
-LOCK_EXTRAS := dev onnx
+LOCK_EXTRAS := dev
 LOCK_PYTHON := 3.11
 LOCK_PLATFORM := x86_64-manylinux_2_28
 UV_VERSION := 0.13.9
@@ -173,9 +173,9 @@ sweep: $(STAMP) ## Any Hydra multirun, e.g. make sweep NAME=K ARGS="method=allme
 bench: $(STAMP) ## Mem-Lat: allmem vs allmem_hybrid on LoCoMo; exact vs approximate search and BM25 up to 10^6 units
 	$(PY) scripts/bench_latency.py
 
-# `make bench-scale`: LongMemEval-shaped haystacks, every Table 1 method, cold caches. SCALE_FRACTION of
+# `make bench-scale`: LongMemEval-shaped haystacks, every Table 1 method, cold caches and one shared cache. SCALE_FRACTION of
 # LongMemEval-s's 500 questions, SCALE_SESSIONS sessions each (full size: 50); SCALE_ARGS e.g.
-# "--embedders minilm minilm_onnx_fp32 minilm_onnx_int8 --methods naive_rag allmem".
+# "--embedders minilm minilm_torch minilm_onnx_int8 --methods naive_rag allmem".
 SCALE_FRACTION ?= 0.006
 SCALE_SESSIONS ?= 10
 SCALE_ARGS ?=

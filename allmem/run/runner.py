@@ -378,10 +378,22 @@ def answer_dialogue(
             before[phase] = before.get(phase, 0) + n - snap.get(phase, 0)
 
     ask_at = {s: (lambda b=batch: ask(b)) for s, batch in by_session.items()}
+    looked_up = _embed_counts(svc.embedder)
     with ledger_scope(svc.llm, dialogue_id=dialogue.id):
         timing = ingest(svc.system, dialogue, bool(cfg.run.progress), ask_at)
-    stats_out.write({"dialogue_id": dialogue.id, "attempt": attempt, **timing, **svc.system.stats()})
+    stats_out.write({
+        "dialogue_id": dialogue.id, "attempt": attempt, **timing, **svc.system.stats(),
+        "embedding_cache": _embed_counts(svc.embedder, since=looked_up),
+    })  # fmt: skip
     ask([a for a in asks if a.session is None])
+
+
+def _embed_counts(embedder: Any, since: dict[str, int] | None = None) -> dict[str, int]:
+    """Texts the embedder was asked for and texts its model computed (the rest came from its store), since
+    ``since``: how much of a dialogue's embedding the shared store spared (cache state, never compared)."""
+    hits, misses = int(getattr(embedder, "hits", 0)), int(getattr(embedder, "misses", 0))
+    start = since or {"texts": 0, "embedded": 0}
+    return {"texts": hits + misses - start["texts"], "embedded": misses - start["embedded"]}
 
 
 def _failed(question: Question, error: str, attempt: int) -> Prediction:

@@ -155,9 +155,9 @@ class Consolidator:
         payload = self._payload(involved)
         roles = self._roles()
         if getattr(self.llm, "offline", False) and payload.embed is not None:
-            # The offline Split embeds each focal unit's sentences; one call for all of them batches sentences of
-            # equal length across units (a unit alone gives batches of one or two). Same vectors: a text's vector
-            # depends on the text alone (allmem/embed.py), and the diagnoses below find them in the memo.
+            # The offline Split embeds each focal unit's sentences; one call for all of them fills fixed-shape
+            # batches across units (a unit alone fills one pass with dummies). Same vectors: a text's vector
+            # depends on the text alone (allmem/embed_batch.py), and the diagnoses below find them in the memo.
             sents = [
                 s
                 for u in buffered
