@@ -1,6 +1,6 @@
 """Fit the retrieval constants of ``bm25``, ``hybrid_rag`` and ``allmem_hybrid`` on the fit conversations only.
 
-Every constant is chosen on LoCoMo conv-26, 30, 41, 42, 43 (``benchmarks.fit_split``) by maximising the mean of
+Every constant is chosen on LoCoMo's fit conversations (``benchmarks.fit_split``) by maximising the mean of
 R@5 and N@5 (protocol ``allmem``, every question) there; the search is printed step by step, then the chosen
 values, to be written into ``configs/method/{bm25,hybrid_rag,allmem_hybrid}.yaml``. The held-out five are
 scored only at the end, for information: nothing is chosen on them.

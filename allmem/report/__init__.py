@@ -23,6 +23,7 @@ from allmem.paths import results_dir
 from allmem.report.runs import ALLOW_MIXED_CODE, check_same_code
 from allmem.run.files import CONFIG, write_atomic
 from allmem.types import RecordError
+from benchmarks import fit_split
 
 MIXED_HELP = "build tables even from runs made by different code (source fingerprints differ or are missing)"
 
@@ -49,9 +50,11 @@ def build_report(root: Path, allow_mixed_code: bool = False) -> str:
             f"### F1 per {'category' if dataset == 'locomo' else 'question type'}\n\n{group_table(subset)}"
         )
         if dataset == "locomo":
+            fit = fit_split("locomo")  # conv-26, 30, ...: the first id whole, the others by number
+            ids = ", ".join([*fit[:1], *(i.removeprefix("conv-") for i in fit[1:])])
             sections.append(
-                "### Fitted vs held-out conversations\n\nAny threshold fitted on LoCoMo was fitted on conv-26, 30, "
-                f"41, 42, 43 only.\n\n{split_table(subset)}"
+                "### Fitted vs held-out conversations\n\nAny threshold fitted on LoCoMo was fitted on "
+                f"{ids} only.\n\n{split_table(subset)}"
             )
         sections += atc_sections(subset)
     done = {r.path for r in runs}
