@@ -130,7 +130,7 @@ def build_method(
     name: str, *, embedder: str | Any = "hash", llm: str | Any = "offline", **changes: Any
 ) -> MemorySystem:
     """Any method of ``configs/method/`` (or of ``ALLMEM_CONFIG_PATH``) as a ``MemorySystem``, without Hydra."""
-    from allmem.run.runner import build
+    from allmem.build import build
 
     node = method_node(name)
     for key, value in changes.items():

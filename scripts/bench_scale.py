@@ -126,10 +126,9 @@ def seed_export(embedder: str, work: Path) -> Path | None:
 
 
 def export_only(embedder: str, seed: Path) -> None:
-    from hydra.utils import instantiate
+    from allmem.build import build_embedder
 
-    node = compose_config([f"embedder={embedder}"]).embedder
-    emb = instantiate(node, cache_dir=seed / "embeddings")
+    emb = build_embedder(compose_config([f"embedder={embedder}"]), cache_dir=seed / "embeddings")
     emb.encode(["export the model once"])
     emb.close()
 

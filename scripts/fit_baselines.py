@@ -101,13 +101,14 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
+    from allmem.build import build_embedder
     from benchmarks import fit_split
 
     torch.set_num_threads(1)
     fit = fit_split("locomo")
     dialogues = fr.load_dialogues(args.data)
     held = [d.id for d in dialogues if d.id not in fit]
-    embedder = fr.build_embedder(fr.compose("naive_rag"))
+    embedder = build_embedder(fr.compose("naive_rag"))
     budget = allmem_budget()
     print(f"fit on {', '.join(fit)}; held out (scored for information only): {', '.join(held)}")
     print(f"budget: fit_retrieval.py may evaluate up to {budget} configurations for allmem_hybrid (3 rounds)")

@@ -54,24 +54,18 @@ def load_dialogues(data: str | None) -> list[Any]:
     return load_locomo(resolve_data_path("locomo", data))
 
 
-def build_embedder(cfg: Any) -> Any:
-    from allmem.run.runner import build
-
-    return build(cfg.embedder, cache_dir=Path(cfg.paths.cache_dir) / "embeddings")
-
-
 def build_systems(
     method: str, dialogues: Sequence[Any], embedder: Any, overrides: Sequence[str] = ()
 ) -> dict:
     """One system per dialogue, each fed its whole stream, as the runner feeds it."""
-    from allmem.llm import build_llm
-    from allmem.run.runner import build, ingest
+    from allmem.build import build, build_run_llm
+    from allmem.run.runner import ingest
     from allmem.systems import Resources
 
     cfg = compose(method, overrides)
     out = {}
     tmp = Path(tempfile.mkdtemp(prefix="fit_retrieval_"))
-    llm = build_llm(cfg.llm, run_dir=tmp, cache_dir=Path(cfg.paths.cache_dir) / "llm")
+    llm = build_run_llm(cfg, tmp)
     for d in dialogues:
         t0 = time.perf_counter()
         system = build(cfg.method, resources=Resources(embedder=embedder, llm=llm, run_dir=tmp))
@@ -282,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
+    from allmem.build import build_embedder
     from benchmarks import fit_split
 
     torch.set_num_threads(1)

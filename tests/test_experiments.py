@@ -10,9 +10,10 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from allmem.budget import pack
+from allmem.build import build
 from allmem.llm import build_llm
 from allmem.report.targets import CONFIGS, ORDER, TARGETS, experiments_of, sweep_points
-from allmem.run.runner import build, ingest
+from allmem.run.runner import ingest
 from allmem.systems import MemorySystem, Resources
 from benchmarks import load_dataset
 
