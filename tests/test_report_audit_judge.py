@@ -9,7 +9,7 @@ import pytest
 
 from allmem.llm import build_llm
 from allmem.report.audit import Edit, Label
-from allmem.report.audit_judge import Judge
+from allmem.report.audit.judge import Judge
 from tests.llm_stub import StubLLM
 
 KEY = "sk-test-audit"

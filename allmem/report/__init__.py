@@ -30,8 +30,8 @@ MIXED_HELP = "build tables even from runs made by different code (source fingerp
 
 def build_report(root: Path, allow_mixed_code: bool = False) -> str:
     from allmem.metrics.judge import invalid_note
-    from allmem.report.atc import atc_sections
     from allmem.report.tables import find_runs, group_table, main_table, split_table
+    from allmem.report.tables.atc import atc_sections
 
     runs = find_runs(root)
     if not runs:
@@ -127,7 +127,7 @@ def _main(argv: list[str]) -> int:
                         help="4o-J from the judge folder <run>/judges/<KEY> (allmem judge) instead of the runs' own")  # fmt: skip
     args = parser.parse_args(argv)
     if "sweep" in args.targets:
-        from allmem.report.sweep import summarise_sweep
+        from allmem.report.tables.sweep import summarise_sweep
 
         for path in summarise_sweep(args.runs, args.out, args.allow_mixed_code):
             print(f"[allmem] sweep: {path}")
@@ -150,8 +150,8 @@ def _main(argv: list[str]) -> int:
 
 
 def _llm_roles(argv: list[str]) -> int:
-    from allmem.report import llm_roles
     from allmem.report.runs import find_runs
+    from allmem.report.tables import llm_roles
 
     parser = argparse.ArgumentParser(prog="allmem report llm", description=llm_roles.__doc__.split("\n\n")[0])
     parser.add_argument(

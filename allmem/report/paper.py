@@ -17,14 +17,17 @@ from types import ModuleType
 import pandas as pd
 
 from allmem.errors import ConfigError
-from allmem.report import ablations, cost, fig7, paper_figures, retrieval, stats, table1, table5, table8
-from allmem.report import equal_context as equal_context_view
-from allmem.report import memgpt_window as window_view
-from allmem.report import retention as retention_view
-from allmem.report.atc import table3_frame, table3_markdown
+from allmem.report import stats
+from allmem.report.figures import fig7
+from allmem.report.figures import paper as paper_figures
 from allmem.report.frame import write_parquet
 from allmem.report.provenance import DATASET_TITLES, ask_note, footer
 from allmem.report.runs import Run, check_same_code, with_judge
+from allmem.report.tables import ablations, cost, retrieval, table1, table5, table8
+from allmem.report.tables import equal_context as equal_context_view
+from allmem.report.tables import memgpt_window as window_view
+from allmem.report.tables import retention as retention_view
+from allmem.report.tables.atc import table3_frame, table3_markdown
 from allmem.report.targets import LME_SKIPPED, ONLY_ON, TARGETS, Point, collect, expand, experiments_of
 from allmem.run import files
 from benchmarks import fit_split
@@ -139,7 +142,7 @@ def _render_by_dataset(
 
 @renders("retrieval")
 def render_retrieval(found: Found, tables: Path, figures: Path) -> list[Path]:
-    """Retrieval at every granularity (allmem/report/retrieval.py) for Table 1's runs."""
+    """Retrieval at every granularity (allmem/report/tables/retrieval.py) for Table 1's runs."""
 
     def build(runs: list[Run], ds: str) -> tuple[pd.DataFrame, str]:
         t = retrieval.compute(runs)
@@ -172,14 +175,14 @@ def _render_view(
 
 @renders("retention")
 def render_retention(found: Found, tables: Path, figures: Path) -> list[Path]:
-    """The retention view (allmem/report/retention.py): table and, per dataset, a figure by session distance; it
+    """The retention view (allmem/report/tables/retention.py): table and, per dataset, a figure by session distance; it
     reads both ask points of a run."""
     return _render_view(found, tables, figures, "retention", retention_view, every_ask=True)
 
 
 @renders("equal_context")
 def render_equal_context(found: Found, tables: Path, figures: Path) -> list[Path]:
-    """The equal-context view (allmem/report/equal_context.py): table and, per dataset, a figure by packed tokens."""
+    """The equal-context view (allmem/report/tables/equal_context.py): table and, per dataset, a figure by packed tokens."""
     return _render_view(found, tables, figures, "equal_context", equal_context_view)
 
 
@@ -331,7 +334,7 @@ def render_fig6(found: Found, tables: Path, figures: Path) -> list[Path]:
 
 @renders("memgpt_window")
 def render_memgpt_window(found: Found, tables: Path, figures: Path) -> list[Path]:
-    """MemGPT's window sweep (allmem/report/memgpt_window.py): the table and its figure, on the generated file."""
+    """MemGPT's window sweep (allmem/report/tables/memgpt_window.py): the table and its figure, on the generated file."""
     name = "memgpt_window"
     sections, frames, drawn, runs_all = [f"# {TARGETS[name].title}"], [], [], []
     for ds in _datasets(found):
@@ -352,7 +355,7 @@ def render_memgpt_window(found: Found, tables: Path, figures: Path) -> list[Path
 
 
 # Targets rendered with the LongMemEval file too (Table 5 reads the loaders and needs no run; Table 8 and Fig. 7
-# name what is missing themselves): allmem/report/table5.py, table8.py, fig7.py.
+# name what is missing themselves): allmem/report/tables/table5.py, table8.py, fig7.py.
 @renders("table5", lme=True)
 def render_table5(found: Found, tables: Path, figures: Path, lme: str | None) -> list[Path]:
     return table5.render(tables, lme, LME_SKIPPED)

@@ -118,7 +118,7 @@ def markdown_for(table: pd.DataFrame) -> str:
 def figure(table: pd.DataFrame, runs: Sequence[Run], out: Path, dataset: str) -> list[Path]:
     """Each metric against the sessions streamed since the evidence: a line per method and ask point, the
     bootstrap interval as error bars (PNG and PDF, with the runs' provenance)."""
-    from allmem.report.paper_figures import save
+    from allmem.report.figures.paper import save
 
     plt = pyplot()
     part = table[(table["dataset"] == dataset) & (table["distance"] == "sessions")]

@@ -15,13 +15,13 @@ import pandas as pd
 
 from allmem.report.compare import R_K, compare, fmt_ci, metric_title
 from allmem.report.figures import pyplot
+from allmem.report.figures.paper import generator_tokens, save
 from allmem.report.frame import config_columns
 from allmem.report.items import end_frame
-from allmem.report.paper_figures import generator_tokens, save
 from allmem.report.provenance import footer
 from allmem.report.runs import Run, check_same_code, find_runs
-from allmem.report.table1 import table_metrics
 from allmem.report.tables import markdown
+from allmem.report.tables.table1 import table_metrics
 from allmem.run import files
 
 

@@ -15,8 +15,8 @@ import pandas as pd
 from allmem.report.compare import N_K, R_K, by_dialogue, cell, compare, metric_title
 from allmem.report.items import end_frame
 from allmem.report.runs import Run
-from allmem.report.table1 import REFERENCE, table_metrics
 from allmem.report.tables import markdown
+from allmem.report.tables.table1 import REFERENCE, table_metrics
 
 LABELS = {
     "allmem": "All-Mem (full)",

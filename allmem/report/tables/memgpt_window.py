@@ -21,8 +21,8 @@ import pandas as pd
 from allmem.metrics.retrieval import ndcg_key, recall_key
 from allmem.report.compare import compare, fmt_ci, fmt_delta, metric_title
 from allmem.report.figures import pyplot
+from allmem.report.figures.paper import save
 from allmem.report.items import item_frame
-from allmem.report.paper_figures import save
 from allmem.report.runs import Run
 from allmem.report.tables import markdown
 from allmem.run import files

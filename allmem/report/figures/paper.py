@@ -18,13 +18,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from allmem.report.ablations import STAGES, search_ms, surface_share
-from allmem.report.atc import pooled_recoverability
 from allmem.report.compare import R_K, compare, metric_title
 from allmem.report.figures import pyplot
 from allmem.report.items import end_frame
 from allmem.report.provenance import DATASET_TITLES, caption, write_figure_runs
 from allmem.report.runs import Run
+from allmem.report.tables.ablations import STAGES, search_ms, surface_share
+from allmem.report.tables.atc import pooled_recoverability
 from allmem.run import files
 
 STAGE_LABELS = {"embed": "query embedding", "stage1": "Stage 1 anchors", "stage2": "Stage 2 expansion",

@@ -13,13 +13,13 @@ from omegaconf import OmegaConf
 
 from allmem.defaults import CONFIG_DIR
 from allmem.metrics.protocols import get_protocol
-from allmem.report import stats, views
+from allmem.report import stats
 from allmem.report.compare import N_K, OVERALL, R_K, by_dialogue, cell, compare
 from allmem.report.compare import metric_title as compare_title
 from allmem.report.items import end_frame
 from allmem.report.provenance import DATASET_TITLES
 from allmem.report.runs import Run
-from allmem.report.tables import markdown
+from allmem.report.tables import markdown, views
 from benchmarks import fit_split
 
 REFERENCE = "allmem"  # All-Mem with consolidation: the row every other method is tested against

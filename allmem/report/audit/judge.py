@@ -14,7 +14,7 @@ from typing import Any
 from allmem.llm.prompts import build_request
 from allmem.metrics.judge import majority
 from allmem.report.audit import Edit, Label
-from allmem.report.audit_sheet import unit_text
+from allmem.report.audit.sheet import unit_text
 
 
 def variables(edit: Edit) -> dict[str, str]:
