@@ -128,11 +128,10 @@ def seed_export(embedder: str, work: Path) -> Path | None:
 
 
 def export_only(embedder: str, seed: Path) -> None:
-    from hydra.utils import instantiate
+    from allmem.build import build_embedder
 
     os.environ["ALLMEM_CACHE"] = str(seed)  # the export goes to <cache>/onnx
-    node = compose_config([f"embedder={embedder}"]).embedder
-    emb = instantiate(node, cache_dir=seed / "scratch")
+    emb = build_embedder(compose_config([f"embedder={embedder}"]), cache_dir=seed / "scratch")
     emb.encode(["export the model once"])
     emb.close()
 

@@ -13,8 +13,8 @@ from hydra import compose, initialize_config_dir
 
 from allmem.metrics import score_records
 from allmem.report.items import item_frame
-from allmem.report.retention import bin_label, compute
 from allmem.report.runs import load_run
+from allmem.report.tables.retention import bin_label, compute
 from allmem.run import asking, files, identity
 from allmem.run import runner as runner_mod
 from allmem.types import Dialogue, Question, Session, Turn

@@ -20,10 +20,11 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from allmem.build import build
 from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
 from allmem.run import files
-from allmem.run.runner import build, run
+from allmem.run.runner import run
 from benchmarks import load_dataset
 
 REPO = Path(__file__).resolve().parents[1]

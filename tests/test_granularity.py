@@ -132,8 +132,8 @@ def _debug_run(tmp_path: Path, *overrides: str) -> Path:
 
 
 def test_runs_record_units_and_turn_gold_and_the_table_reads_them(tmp_path: Path) -> None:
-    from allmem.report import retrieval
     from allmem.report.runs import load_run
+    from allmem.report.tables import retrieval
     from allmem.run import files
 
     run_dir = _debug_run(tmp_path, "dataset=longmemeval_s", "method=naive_rag")
@@ -218,8 +218,8 @@ def test_a_locomo_run_states_every_granularity_in_metrics_and_the_table_reads_it
     """A LoCoMo run (the debug fixture): metrics.json holds session-level and all-gold (strict) retrieval, equal
     to the values computed by hand from its predictions; the retrieval table's numbers are metrics.json's, read
     from it (a changed value in metrics.json shows in the table)."""
-    from allmem.report import retrieval
     from allmem.report.runs import load_run
+    from allmem.report.tables import retrieval
     from allmem.run import files
 
     run_dir = _debug_run(tmp_path, "dataset=locomo", "method=bm25")

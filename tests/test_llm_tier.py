@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from allmem.llm import local_server
-from allmem.report.llm_roles import render
 from allmem.report.runs import find_runs
+from allmem.report.tables.llm_roles import render
 from allmem.run import compare
 from allmem.run.files import read_jsonl
 from allmem.run.rejudge import _llm_config

@@ -11,9 +11,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from allmem.errors import ConfigError
-from allmem.report import table1
 from allmem.report.items import item_frame
 from allmem.report.runs import find_runs, load_run, with_judge
+from allmem.report.tables import table1
 from allmem.run import files
 from allmem.run.rejudge import JUDGES, VERDICTS, graded_block, judge_run, main
 from allmem.run.runner import run

@@ -8,8 +8,8 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from allmem.report import build_report
-from allmem.report.atc import atc_cost, pooled_recoverability
 from allmem.report.tables import find_runs, fmt
+from allmem.report.tables.atc import atc_cost, pooled_recoverability
 from allmem.run import files
 
 

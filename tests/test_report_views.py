@@ -1,4 +1,4 @@
-"""Table 1's other views of the same answers (allmem/report/views.py): overall without LoCoMo category 5 and with
+"""Table 1's other views of the same answers (allmem/report/tables/views.py): overall without LoCoMo category 5 and with
 the answer-key errata, side by side, computed by hand on a four-question run."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from allmem.report import table1, views
 from allmem.report.runs import Run
+from allmem.report.tables import table1, views
 from allmem.run import files
 
 # (category, question, prediction, gold): set-F1 by hand in the comments

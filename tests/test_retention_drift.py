@@ -10,8 +10,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from allmem.report import paper, targets
-from allmem.report.retention import compute
 from allmem.report.runs import load_run
+from allmem.report.tables.retention import compute
 from allmem.run import files
 from allmem.run.runner import run
 

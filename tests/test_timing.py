@@ -12,8 +12,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from allmem.metrics.protocols import get_protocol
-from allmem.report.cost import markdown_for, run_cost
 from allmem.report.runs import Run
+from allmem.report.tables.cost import markdown_for, run_cost
 from allmem.run import files
 from allmem.run.runner import answer_question, ingest
 from allmem.run.timing import model_ms, percentiles, watch

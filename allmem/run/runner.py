@@ -13,7 +13,6 @@ no ``DONE``, so the next run asks exactly those questions again. A failed run ne
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -22,12 +21,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from hydra.utils import get_object, instantiate
+from hydra.utils import instantiate
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from allmem.budget import Filling, pack
-from allmem.errors import ConfigError, RunFailed
+from allmem.build import build, build_embedder, build_run_llm, checked
+from allmem.errors import RunFailed
 from allmem.metrics import dataset_for, score_records
 from allmem.metrics.judge import invalid_warning
 from allmem.metrics.protocols import Protocol
@@ -42,30 +42,6 @@ log = logging.getLogger("allmem.run")
 
 # Ranked (turn) ids kept per question: at least this many, and more until they span max(ks) sessions.
 MAX_RANKED_IDS = 100
-
-
-def build(node: DictConfig, **available: Any) -> Any:
-    """Instantiate ``node._target_`` passing only the shared services its constructor accepts.
-
-    Every buildable object declares what it needs by its signature (``embedder``, ``llm``, ``resources``), so
-    configs stay plain data and no second registry is needed.
-    """
-    params = files.plain(node)
-    target = params.pop("_target_")
-    params.pop("name", None)
-    factory = get_object(target) if "." in target else None
-    if factory is None:
-        raise ValueError(f"config node has no importable _target_: {target!r}")
-    accepted = inspect.signature(factory).parameters
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
-    unknown = sorted(k for k in params if not takes_any and k not in accepted)
-    if unknown:
-        known = ", ".join(k for k in accepted if k not in available and k != "self")
-        raise ConfigError(f"{target}: unknown argument(s) {', '.join(unknown)}; it takes: {known}")
-    for key, value in available.items():
-        if (takes_any or key in accepted) and params.get(key) is None:
-            params[key] = value
-    return factory(**params)
 
 
 def ingest(
@@ -216,7 +192,7 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
     parallel.workers(cfg)  # a bad run.workers is refused here
     dialogues = load_dataset(cfg.dataset)
     input_counts = preflight.check_data(dialogues, cfg)
-    protocol: Protocol = _built("protocol", lambda: instantiate(cfg.protocol))
+    protocol: Protocol = checked("protocol", lambda: instantiate(cfg.protocol))
     # a shard writes into its own folder under its own lock (allmem.run.shards); a run into the run directory
     out_dir = run_dir if shard is None else shards.folder(run_dir, shard)
     mine = dialogues if shard is None else shards.select(dialogues, shard)
@@ -439,20 +415,6 @@ def _summary(
     )
 
 
-def _built(group: str, make: Callable[[], Any]) -> Any:
-    """Build one component; a bad argument or value is a config error naming the group, not a traceback."""
-    try:
-        return make()
-    except ConfigError as exc:
-        raise ConfigError(f"{group}: {exc}") from exc
-    except (TypeError, ValueError) as exc:
-        from benchmarks.errors import DatasetError
-
-        if isinstance(exc, DatasetError):
-            raise
-        raise ConfigError(f"{group}: {exc}") from exc
-
-
 class Services:
     """The components a run uses, built before its directory exists (building checks their arguments)."""
 
@@ -472,26 +434,15 @@ class Services:
         built (a worker process keeps one for all its dialogues)."""
         if embedder is None:
             embedder = build_embedder(cfg)
-        llm = _built("llm", lambda: _build_llm(cfg, run_dir))
+        llm = build_run_llm(cfg, run_dir)
         resources = Resources(embedder=embedder, llm=llm, run_dir=run_dir)
-        generator = _built("generator", lambda: build(cfg.generator, embedder=embedder, llm=llm))
+        generator = checked("generator", lambda: build(cfg.generator, embedder=embedder, llm=llm))
         per_run = {  # a bank cache holds whole streams: off when a question is asked mid-stream
             "bank_cache": cfg.run.bank_cache if cfg.protocol.get("ask", "end") == "end" else None,
             "probe_queries": cfg.run.probe_queries,
         }  # to methods taking them
-        system = _built("method", lambda: build(cfg.method, resources=resources, **per_run))
+        system = checked("method", lambda: build(cfg.method, resources=resources, **per_run))
         return cls(run_dir, llm, embedder, generator, system)
-
-
-def build_embedder(cfg: DictConfig) -> Any:
-    embedder_cache = cfg.embedder.get("cache_dir") or Path(cfg.paths.cache_dir) / "embeddings"
-    return _built("embedder", lambda: build(cfg.embedder, cache_dir=embedder_cache))
-
-
-def _build_llm(cfg: DictConfig, run_dir: Path) -> Any:
-    from allmem.llm import build_llm
-
-    return build_llm(cfg.llm, run_dir=run_dir, cache_dir=Path(cfg.paths.cache_dir) / "llm")
 
 
 def ledger_scope(llm: Any, **scope: Any) -> Any:

@@ -1,6 +1,6 @@
 """The consolidator: trigger logic, parallel diagnosis, gating, serial execution, event logging.
 
-It is built per dialogue by ``AllMem`` (``build_consolidator``) and driven through four hooks. One run:
+It is built per dialogue by ``AllMemSystem`` (``build_consolidator``) and driven through four hooks. One run:
 diagnose every buffered unit in its local context (top-k visible neighbours plus its temporal predecessor) on
 a bounded thread pool, reading the bank only; gather results in buffer order; gate into three queues; execute
 Split -> Merge -> Update serially. Given the model outputs the run is deterministic, whatever the pool size.
@@ -241,7 +241,7 @@ def build_consolidator(
     *,
     embed_format: str,
 ) -> Consolidator:
-    """The hook object ``AllMem`` drives (docs/METHOD.md, ATC). ``cfg`` is the ``atc:`` node; ``embed_format`` is
+    """The hook object ``AllMemSystem`` drives (docs/METHOD.md, ATC). ``cfg`` is the ``atc:`` node; ``embed_format`` is
     ``method.write.embed_format`` (re-embedded descriptors use the online write's layout)."""
     conf = cfg if isinstance(cfg, ATCConfig) else from_node(ATCConfig, cfg, ATCConfig.WHERE)
     if conf.enabled and llm is None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from allmem.report.atc import pooled_recoverability
 from allmem.report.provenance import write_figure_runs
 from allmem.report.tables import Run
+from allmem.report.tables.atc import pooled_recoverability
 from allmem.run import files
 
 

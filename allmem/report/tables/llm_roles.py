@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from allmem.metrics.judge_sanity import KINDS, SANITY
-from allmem.report.cost import run_cost
 from allmem.report.runs import Run
 from allmem.report.tables import markdown
+from allmem.report.tables.cost import run_cost
 from allmem.run import files
 
 
