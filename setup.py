@@ -14,7 +14,7 @@ setup(
     packages=[*find_namespace_packages(include=["allmem*", "baselines*", "benchmarks*"]), *SHIPPED],
     package_dir=SHIPPED,
     package_data={
-        "allmem": ["llm/prompts/*.txt", "llm/prompts/*.md", "metrics/errata/*.yaml"],
+        "allmem": ["llm/prompts/*.txt", "llm/prompts/*.md", "metrics/errata/*.yaml", "report/targets.ini"],
         "allmem._configs": ["**/*.yaml"],
         "allmem._fixtures": ["*_tiny.json"],
     },

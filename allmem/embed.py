@@ -12,11 +12,15 @@ file is set aside and rebuilt). An in-memory memo sits in front of it.
 Why a text's vector depends on the text alone (issue 17, item 11): a cache keeps the vector of whichever run embedded
 a text first, so any dependence on the batch would make results depend on the job schedule and the cache state.
 Measured (500 LoCoMo turns, torch 2.13): a text padded to a longer batch partner's length gets another vector (up
-to 1.6e-7 apart; 465 of 500 rows differ at batch size 64), and two torch threads change about 1 row in 30. Batches
-of equal token length (no padding) were enough on one machine but not on another (a Xeon with AVX-512 FP16), where 8
-to 9 of 400 turns still came out differently at batch sizes 2 to 64 than alone. So the model sees one text per forward pass, always on one torch thread: the vector is the
-text's alone on any CPU, at about 1.6 times the embedding time of batches of 64. ``_SCHEME`` names this in the
-identity, so vectors computed otherwise are never mixed in.
+to 1.6e-7 apart), batches of different sizes do too on some CPUs (a Xeon with AVX-512 FP16), and two torch threads
+change about 1 row in 30. So the model sees fixed shapes on one thread (``allmem.embed_batch``: every text padded to
+a length bucket of its own, every pass of a bucket the same number of rows): a text's vector is bitwise the same
+alone or in any batch, on either engine. The scheme is part of the identity, so vectors computed otherwise are
+never mixed in.
+
+Engines (``backend``): ONNX Runtime fp32 (``onnx_fp32``, the default: the same vectors as torch to ~2e-7 at about
+two thirds of its CPU time), torch (``embedder=minilm_torch``), ONNX int8 (``embedder=minilm_onnx_int8``, one text
+per pass: its activation scales depend on the whole input).
 """
 
 from __future__ import annotations
@@ -30,17 +34,17 @@ from typing import Any
 import numpy as np
 
 from allmem import paths
+from allmem.embed_batch import Batcher, scheme
 from allmem.embed_store import VectorStore
 
 PACKAGED_NAME = "all-MiniLM-L6-v2"
 _SKIP_FILES = {"README.md", ".gitattributes"}  # documentation: editing it must not invalidate the cache
 _MEMO_MAX = 500_000  # texts; ~0.75 GB of float32 at 384 dims, far above any run here
 _IDENTITY_MEMO: dict[tuple[str, int], str] = {}
-# How vectors are computed, part of the identity: one text per forward pass, one torch thread.
-_SCHEME = "single-1t"
-# Engines of the same model (configs/embedder/): torch (sentence-transformers), ONNX Runtime fp32 or int8
-# (allmem/embed_onnx.py).
-BACKENDS = ("torch", "onnx_fp32", "onnx_int8")
+# Engines of the same model (configs/embedder/): ONNX Runtime fp32 (the default) or int8 (allmem/embed_onnx.py),
+# torch (allmem/embed_batch.py's pooled module).
+BACKENDS = ("onnx_fp32", "torch", "onnx_int8")
+DEFAULT_BACKEND = BACKENDS[0]
 
 
 def packaged_model_path() -> Path:
@@ -80,8 +84,8 @@ def text_key(text: str) -> str:
 class Embedder:
     """L2-normalised float32 sentence embeddings from a local sentence-transformers model.
 
-    A text's vector is bitwise the same whatever else is encoded with it (see the module docstring): one text per
-    forward pass, on one torch thread.
+    A text's vector is bitwise the same whatever else is encoded with it (see the module docstring): fixed-shape
+    passes on one thread.
 
     The model loads lazily on the first text that misses the cache, so a fully cached rerun never loads it.
     ``hits`` counts texts served from the memo or the disk cache, ``misses`` texts the model encoded.
@@ -92,7 +96,7 @@ class Embedder:
         model_path: str | Path | None = None,
         cache_dir: str | Path | None = None,
         device: str = "cpu",
-        backend: str = "torch",
+        backend: str = DEFAULT_BACKEND,
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"Embedder: backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
@@ -107,6 +111,7 @@ class Embedder:
         self.hits = 0
         self.misses = 0
         self._model: Any = None
+        self._batcher: Batcher | None = None
         self._identity: str | None = None
         self._dim: int | None = None
         self._store: VectorStore | None = None
@@ -117,13 +122,17 @@ class Embedder:
     def identity(self) -> str:
         """``name@sha256-prefix/scheme`` (model files, how vectors are computed): the model half of every cache key.
 
-        The torch backend's scheme is ``_SCHEME``; an ONNX backend's names its engine, precision and export
-        (``OnnxEncoder.scheme``), so vectors of different backends never share cache entries.
+        The torch backend's scheme is its batching (``allmem.embed_batch.scheme``) and thread count; an ONNX
+        backend's names its engine, precision and export too (``OnnxEncoder.scheme``), so vectors of different
+        backends never share cache entries.
         """
         if self._identity is None:
             fingerprint = model_fingerprint(self.model_path)
-            scheme = _SCHEME if self.backend == "torch" else self._onnx_encoder(fingerprint).scheme
-            self._identity = f"{self.name}@{fingerprint[:16]}/{scheme}"
+            if self.backend == "torch":
+                how = f"torch-{scheme(self._batches().max_tokens)}-1t"
+            else:
+                how = self._onnx_encoder(fingerprint).scheme
+            self._identity = f"{self.name}@{fingerprint[:16]}/{how}"
         return self._identity
 
     def _onnx_encoder(self, fingerprint: str | None = None) -> Any:
@@ -133,7 +142,7 @@ class Embedder:
             precision = self.backend.split("_", 1)[1]
             self._onnx = OnnxEncoder(
                 self.model_path, fingerprint or model_fingerprint(self.model_path), precision,
-                self.cache_dir,
+                paths.cache_dir() / "onnx",
             )  # fmt: skip
         return self._onnx
 
@@ -142,17 +151,27 @@ class Embedder:
         """Embedding width, read from the pooling config so asking does not load the model."""
         if self._dim is None:
             pooling = self.model_path / "1_Pooling" / "config.json"
-            if pooling.exists():
-                self._dim = int(json.loads(pooling.read_text())["word_embedding_dimension"])
-            else:
-                self._dim = int(self._load().get_sentence_embedding_dimension())
+            if not pooling.exists():
+                raise FileNotFoundError(f"{pooling}: not found (a sentence-transformers model folder has it)")
+            self._dim = int(json.loads(pooling.read_text())["word_embedding_dimension"])
         return self._dim
 
-    def _load(self) -> Any:
-        if self._model is None:
-            from sentence_transformers import SentenceTransformer
+    @property
+    def loaded(self) -> bool:
+        """Whether a model has been loaded (a fully cached run never loads one)."""
+        return self._model is not None or (self._onnx is not None and self._onnx.loaded)
 
-            self._model = SentenceTransformer(str(self.model_path), device=self.device)
+    def _batches(self) -> Batcher:
+        if self._batcher is None:
+            self._batcher = Batcher(self.model_path)
+        return self._batcher
+
+    def _load(self) -> Any:
+        """The torch engine: the folder's transformer with mean pooling and normalisation, loaded once."""
+        if self._model is None:
+            from allmem.embed_batch import pooled_module
+
+            self._model = pooled_module(self.model_path).to(self.device)
         return self._model
 
     def _disk(self) -> VectorStore:
@@ -203,35 +222,41 @@ class Embedder:
         return self._encode_model(list(texts))
 
     def _encode_model(self, texts: list[str]) -> np.ndarray:
-        """Vectors of ``texts``, each computed in a forward pass of its own."""
-        if self.backend != "torch":
-            return self._onnx_encoder().encode(texts, self.dim)
+        """Vectors of ``texts``: fixed-shape passes (onnx_fp32, torch) or one text a pass (onnx_int8)."""
+        batcher = self._batches()
+        if self.backend == "onnx_int8":
+            return self._onnx_encoder().encode_one_by_one(texts, batcher, self.dim)
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        run = self._onnx_encoder().run if self.backend == "onnx_fp32" else self._torch_pass
+        for p in batcher.passes(texts):
+            vecs = run(p)
+            if vecs.shape != (p.input_ids.shape[0], self.dim):
+                raise RuntimeError(
+                    f"{self.model_path}: model returned shape {vecs.shape}, "
+                    f"expected ({p.input_ids.shape[0]}, {self.dim})"
+                )
+            out[p.texts] = vecs[: len(p.texts)]
+        return out
+
+    def _torch_pass(self, p: Any) -> np.ndarray:
         import torch
 
         model = self._load()
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
         threads = torch.get_num_threads()
         if threads != 1:
             torch.set_num_threads(1)
         try:
-            for i, text in enumerate(texts):
-                vec = model.encode(
-                    [text],
-                    batch_size=1,
-                    normalize_embeddings=True,
-                    convert_to_numpy=True,
-                    show_progress_bar=False,
-                )
-                vec = np.asarray(vec, dtype=np.float32)
-                if vec.shape != (1, self.dim):
-                    raise RuntimeError(
-                        f"{self.model_path}: model returned shape {vec.shape}, expected (1, {self.dim})"
+            with torch.inference_mode():
+                vecs = model(
+                    *(
+                        torch.from_numpy(a).to(self.device)
+                        for a in (p.input_ids, p.attention_mask, p.token_type_ids)
                     )
-                out[i] = vec[0]
+                )
+            return vecs.cpu().numpy().astype(np.float32, copy=False)
         finally:
             if threads != 1:
                 torch.set_num_threads(threads)
-        return out
 
     def _remember(self, items: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Put vectors in the memo (bounded: cleared when full) and return them as stored."""

@@ -1,4 +1,4 @@
-"""The local MiniLM through ONNX Runtime (``embedder=minilm_onnx``, ``minilm_onnx_int8``): same model, other engine.
+"""The local MiniLM through ONNX Runtime (``embedder=minilm``, the default, and ``minilm_onnx_int8``).
 
 Why: embedding is the floor of every method's time per turn. ONNX Runtime runs the same weights without torch's
 per-call overhead, and its dynamic int8 quantisation (``onnxruntime.quantization.quantize_dynamic``: int8 weights,
@@ -6,28 +6,29 @@ activations quantised per call) runs the matrix products in int8.
 
 How: the model folder's sentence-transformers pipeline (transformer, mean pooling over the attention mask, L2
 normalisation; the only pipeline accepted) is exported once with ``torch.onnx.export`` into the cache folder
-(``<cache>/embeddings/onnx/<key>/``, never the repository), keyed by the model's file fingerprint and the code of this module
-(``allmem.cache_store`` rule), and quantised there for int8. Tokenisation is the model folder's own
+(``<cache>/onnx/<key>-<precision>/``, never the repository; one export serves every vector store), keyed by the model's file fingerprint and the code of this module and
+``allmem.embed_batch`` (``allmem.cache_store`` rule), and quantised there for int8. Tokenisation is the model folder's own
 ``tokenizer.json`` (Hugging Face ``tokenizers``), truncated at the model's ``max_seq_length`` as
 sentence-transformers does. sentence-transformers' own ONNX backend is not used: it needs ``optimum-onnx``, whose
 release pins transformers below the installed 5.
 
-A text's vector depends on the text alone: every text runs in its own forward pass (int8's activation scales are
-computed over the whole input, so a batch partner would change them) on one thread. The scheme is part of the
+A text's vector depends on the text alone, on one thread: fp32 runs the fixed-shape passes of
+``allmem.embed_batch`` (the torch engine's too); int8 runs every text in a pass of its own, since its activation
+scales are computed over the whole input and a batch partner would change them. The scheme is part of the
 embedder's identity (``Embedder.identity``), so ONNX vectors never mix with torch's in the cache.
 
-``onnxruntime`` (and ``onnx`` for the int8 quantiser) is the optional extra ``allmem[onnx]``.
+``onnxruntime`` and ``onnx`` (the int8 quantiser) are dependencies: fp32 is the default engine (``embedder=minilm``).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from allmem import cache_store
+from allmem.embed_batch import Batcher, Pass, check_pipeline, pooled_module, scheme
 
 PRECISIONS = ("fp32", "int8")
 _OPSET = 17
@@ -41,94 +42,76 @@ def _require(module: str) -> Any:
         return importlib.import_module(module)
     except ImportError:
         raise ImportError(
-            f"embedder backend onnx needs the package {module}: pip install 'allmem[onnx]' "
-            f"(or choose embedder=minilm)"
+            f"embedder backend onnx needs the package {module}: pip install onnxruntime onnx "
+            f"(or choose embedder=minilm_torch)"
         ) from None
 
 
-def _check_pipeline(model_path: Path) -> int:
-    """The model folder's max_seq_length; raises unless its pipeline is transformer + mean pooling + normalise."""
-    modules = json.loads((model_path / "modules.json").read_text())
-    kinds = [m["type"].rsplit(".", 1)[-1] for m in modules]
-    pooling = json.loads((model_path / "1_Pooling" / "config.json").read_text())
-    means = [k for k, v in pooling.items() if k.startswith("pooling_mode") and v]
-    if kinds != ["Transformer", "Pooling", "Normalize"] or means != ["pooling_mode_mean_tokens"]:
-        raise ValueError(
-            f"{model_path}: the onnx backend exports transformer + mean pooling + normalise only, "
-            f"found modules {kinds} and pooling {means} (modules.json)"
-        )
-    return int(json.loads((model_path / "sentence_bert_config.json").read_text())["max_seq_length"])
-
-
-def _export(model_path: Path, folder: Path) -> None:
-    """Write ``model_fp32.onnx`` and ``model_int8.onnx`` into ``folder``."""
+def _export(model_path: Path, folder: Path, precision: str) -> None:
+    """Write ``model_fp32.onnx`` into ``folder``, and for int8 ``model_int8.onnx`` quantised from it."""
     import torch
-    from sentence_transformers import SentenceTransformer
 
-    quantization = _require("onnxruntime.quantization")
-    st = SentenceTransformer(str(model_path), device="cpu")
-    bert = st[0].auto_model.eval()
-
-    class Pooled(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.bert = bert
-
-        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
-            hidden = self.bert(
-                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
-            ).last_hidden_state
-            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-            mean = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)  # sentence-transformers' Pooling
-            return torch.nn.functional.normalize(mean, p=2, dim=1)  # and its Normalize
-
+    pooled = pooled_module(model_path)
     ids = torch.ones((1, 8), dtype=torch.long)
     fp32 = folder / "model_fp32.onnx"
     with torch.no_grad():
         torch.onnx.export(
-            Pooled(), (ids, ids, torch.zeros_like(ids)), str(fp32), input_names=list(_INPUTS),
+            pooled, (ids, ids, torch.zeros_like(ids)), str(fp32), input_names=list(_INPUTS),
             output_names=["embedding"], opset_version=_OPSET, dynamo=False,
             dynamic_axes={n: {0: "batch", 1: "tokens"} for n in _INPUTS} | {"embedding": {0: "batch"}},
         )  # fmt: skip
-    quantization.quantize_dynamic(
-        str(fp32), str(folder / "model_int8.onnx"), weight_type=quantization.QuantType.QInt8, per_channel=True
-    )
+    if precision == "int8":
+        quantization = _require("onnxruntime.quantization")
+        quantization.quantize_dynamic(
+            str(fp32),
+            str(folder / "model_int8.onnx"),
+            weight_type=quantization.QuantType.QInt8,
+            per_channel=True,
+        )
 
 
 class OnnxEncoder:
-    """Unit vectors of texts through ONNX Runtime, one text per forward pass, one thread."""
+    """Unit vectors through ONNX Runtime on one thread: fixed-shape passes (fp32), or one text a pass (int8)."""
 
-    def __init__(self, model_path: Path, fingerprint: str, precision: str, cache_root: Path) -> None:
+    def __init__(self, model_path: Path, fingerprint: str, precision: str, export_root: Path) -> None:
         if precision not in PRECISIONS:
             raise ValueError(
                 f"embedder onnx precision must be one of {', '.join(PRECISIONS)}, got {precision!r}"
             )
         self.model_path = model_path
         self.precision = precision
-        self.max_tokens = _check_pipeline(model_path)
-        self.export_key = cache_store.code_key(("allmem/embed_onnx.py",), fingerprint, _OPSET, length=16)
-        self.folder = cache_root / "onnx" / self.export_key
+        self.max_tokens = check_pipeline(model_path)
+        self.batching = scheme(self.max_tokens)
+        self.export_key = cache_store.code_key(
+            ("allmem/embed_onnx.py", "allmem/embed_batch.py"), fingerprint, _OPSET, length=16
+        )
+        self.folder = export_root / f"{self.export_key}-{precision}"
         self._session: Any = None
-        self._tokenizer: Any = None
 
     @property
     def scheme(self) -> str:
-        """How vectors are computed (part of the embedder identity): engine, precision, export, one text a pass."""
-        return f"onnx-{self.precision}-{self.export_key[:8]}/1x-1t"
+        """How vectors are computed (part of the embedder identity): engine, precision, export, batching, threads.
+        fp32 runs fixed-shape passes (``allmem.embed_batch``); int8 one text per pass (module docstring)."""
+        batching = self.batching if self.precision == "fp32" else "1x"
+        return f"onnx-{self.precision}-{self.export_key[:8]}/{batching}-1t"
 
     def _model_file(self) -> Path:
         path = self.folder / f"model_{self.precision}.onnx"
         if not path.exists():
             with cache_store.locked(self.folder.with_name(f"{self.folder.name}.export")):
                 if not path.exists():
-                    cache_store.write_folder(self.folder, lambda tmp: _export(self.model_path, tmp))
+                    cache_store.write_folder(
+                        self.folder, lambda tmp: _export(self.model_path, tmp, self.precision)
+                    )
         return path
 
-    def _load(self) -> tuple[Any, Any]:
+    @property
+    def loaded(self) -> bool:
+        return self._session is not None
+
+    def _load(self) -> Any:
         if self._session is None:
             ort = _require("onnxruntime")
-            from tokenizers import Tokenizer
-
             opts = ort.SessionOptions()
             opts.intra_op_num_threads = 1
             opts.inter_op_num_threads = 1
@@ -136,26 +119,23 @@ class OnnxEncoder:
             self._session = ort.InferenceSession(
                 str(self._model_file()), sess_options=opts, providers=["CPUExecutionProvider"]
             )
-            tok = Tokenizer.from_file(str(self.model_path / "tokenizer.json"))
-            tok.no_padding()
-            tok.enable_truncation(max_length=self.max_tokens)
-            self._tokenizer = tok
-        return self._session, self._tokenizer
+        return self._session
 
-    def tokens(self, texts: list[str]) -> list[list[int]]:
-        """Token ids of each text, as the model sees them (for the tokenisation check against sentence-transformers)."""
-        _, tok = self._load()
-        return [e.ids for e in tok.encode_batch(texts)]
+    def run(self, p: Pass) -> np.ndarray:
+        """Unit vectors of one fixed-shape pass (every row, dummies included)."""
+        feed = {
+            "input_ids": p.input_ids,
+            "attention_mask": p.attention_mask,
+            "token_type_ids": p.token_type_ids,
+        }
+        (vecs,) = self._load().run(["embedding"], feed)
+        return np.asarray(vecs, dtype=np.float32)
 
-    def encode(self, texts: list[str], dim: int) -> np.ndarray:
-        session, tok = self._load()
+    def encode_one_by_one(self, texts: list[str], batcher: Batcher, dim: int) -> np.ndarray:
+        """int8: each text in a pass of its own, unpadded (its activation scales are its own)."""
         out = np.empty((len(texts), dim), dtype=np.float32)
-        for i, enc in enumerate(tok.encode_batch(texts)):
-            feed = {
-                "input_ids": np.asarray([enc.ids], dtype=np.int64),
-                "attention_mask": np.asarray([enc.attention_mask], dtype=np.int64),
-                "token_type_ids": np.asarray([enc.type_ids], dtype=np.int64),
-            }
-            (vec,) = session.run(["embedding"], feed)
-            out[i] = vec[0]
+        for i, enc in enumerate(batcher.tokenizer.encode_batch(texts)):
+            ids = np.asarray([enc.ids], dtype=np.int64)
+            types = np.asarray([enc.type_ids], dtype=np.int64)
+            out[i] = self.run(Pass(ids, np.ones_like(ids), types, [0]))[0]
         return out

@@ -130,7 +130,7 @@ def build_method(
     name: str, *, embedder: str | Any = "hash", llm: str | Any = "offline", **changes: Any
 ) -> MemorySystem:
     """Any method of ``configs/method/`` (or of ``ALLMEM_CONFIG_PATH``) as a ``MemorySystem``, without Hydra."""
-    from allmem.run.pipeline import build
+    from allmem.build import build
 
     node = method_node(name)
     for key, value in changes.items():
@@ -148,7 +148,7 @@ class AllMem:
 
     def __init__(self, method: Mapping[str, Any], *, embedder: Any = "hash", llm: Any = "offline") -> None:
         """``method``: a ``method`` node as in ``configs/method/allmem*.yaml`` (with its ``atc`` node inlined)."""
-        from allmem.memory.system import AllMem as System
+        from allmem.memory.system import AllMemSystem as System
 
         node = plain(method)
         if str(node.get("_target_", "")) not in ("", f"{System.__module__}.{System.__name__}"):

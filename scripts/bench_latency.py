@@ -79,17 +79,17 @@ def locomo_side_by_side(n_dialogues: int) -> list[dict[str, Any]]:
 
     import torch
 
-    from allmem.llm import build_llm
+    from allmem.build import build, build_embedder, build_run_llm
     from allmem.paths import resolve_data_path
-    from allmem.run.pipeline import build, ingest
+    from allmem.run.pipeline import ingest
     from allmem.systems import Resources
     from benchmarks.locomo import load_locomo
 
     torch.set_num_threads(1)
     cfg = method_config("allmem", ["atc.enabled=false"])
-    embedder = build(cfg.embedder, cache_dir=Path(cfg.paths.cache_dir) / "embeddings")
+    embedder = build_embedder(cfg)
     tmp = Path(tempfile.mkdtemp(prefix="bench_"))
-    llm = build_llm(cfg.llm, run_dir=tmp, cache_dir=Path(cfg.paths.cache_dir) / "llm")
+    llm = build_run_llm(cfg, tmp)
     dialogues = load_locomo(resolve_data_path("locomo", None))[:n_dialogues]
     configs = {m: retrieval_and_vector(m) for m in METHODS}
     samples: dict[str, dict[str, list[float]]] = {m: {"memlat": [], "embed": []} for m in METHODS}

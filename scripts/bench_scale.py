@@ -8,19 +8,23 @@ in the same run, and the load average before and after.
 2. Per embedding backend (``--embedders``, config names of ``configs/embedder/``) and per method (Table 1's list,
    ``configs/experiment/table1.yaml``), one offline ``allmem run`` in its own process with a cold cache
    (``ALLMEM_CACHE`` pointed at a fresh folder) and one BLAS/torch thread. Printed: wall and CPU time per turn,
-   each as a ratio to ``naive_rag`` on the same backend, and the process tree's peak RSS (``wait4``). Two times
-   per turn: ``run`` is the run's whole wall time (the manifest's ``wall_s``: imports, model load, questions)
-   over its turns; ``steady`` is the write path (``ingest_s + end_stream_s`` of ``system_stats.jsonl``) of every
-   dialogue after the first, over their turns, which is what a run of 500 haystacks pays per turn.
-3. The speed-up of ``run.workers=2`` and of two shards (``run.shard=1/2`` and ``2/2`` as two concurrent
-   processes) over one process, for ``--par-method``. Each needs its key in the run config; where a key is
-   missing, one line says so and the part is skipped.
-4. The projected wall time of a full LongMemEval-s Table 1 (500 haystacks, ~250,000 turns) from the measured
-   steady times per turn, with the formula printed.
+   each as a ratio to ``naive_rag`` on the same backend, the process tree's peak RSS (``wait4``), the texts
+   looked up in the embedding store per turn and the share it already held (``system_stats.jsonl``'s
+   ``embedding_cache``). Two times per turn: ``run`` is the run's whole wall time (the manifest's ``wall_s``:
+   imports, model load, questions) over its turns; ``steady`` is the write path (``ingest_s + end_stream_s`` of
+   ``system_stats.jsonl``) of every dialogue after the first, over their turns, which is what a run of 500
+   haystacks pays per turn.
+3. The same runs in sequence on one shared cache, as the jobs of a sweep (``make paper``) share it: a text
+   another method embedded (a rendered turn, a descriptor, a Split sentence) is read from the content-addressed
+   store, and the share of such hits is printed (``--no-shared`` skips this part).
+4. The speed-up of ``run.workers=2`` and of two shards (``run.shard=1/2`` and ``2/2`` as two concurrent
+   processes) over one process, for ``--par-method``.
+5. The projected wall time of a full LongMemEval-s Table 1 (500 haystacks, ~250,000 turns) at 2 and 32 cores from
+   the measured CPU times per turn, cold and shared, with the formula printed.
 
     python scripts/bench_scale.py                                   # make bench-scale
     python scripts/bench_scale.py --fraction 0.004 --sessions 10 --methods naive_rag allmem
-    python scripts/bench_scale.py --embedders minilm minilm_onnx minilm_onnx_int8
+    python scripts/bench_scale.py --embedders minilm minilm_torch minilm_onnx_int8 --methods naive_rag allmem
 """
 
 from __future__ import annotations
@@ -116,30 +120,32 @@ def seed_export(embedder: str, work: Path) -> Path | None:
     if node.get("backend", "torch") == "torch":
         return None
     seed = work / "onnx_seed" / embedder
-    if not (seed / "embeddings" / "onnx").is_dir():
+    if not (seed / "onnx").is_dir():
         # in a child process: a run forked from a parent that loaded torch would report the parent's memory as
         # its own peak RSS (Linux carries the high-water mark across fork and exec)
         subprocess.run([sys.executable, __file__, "--export-only", embedder, str(seed)], check=True)
-        for p in (seed / "embeddings").glob("embeddings.sqlite*"):
-            p.unlink()
-    return seed / "embeddings" / "onnx"
+    return seed / "onnx"
 
 
 def export_only(embedder: str, seed: Path) -> None:
-    from hydra.utils import instantiate
+    from allmem.build import build_embedder
 
-    node = compose_config([f"embedder={embedder}"]).embedder
-    emb = instantiate(node, cache_dir=seed / "embeddings")
+    os.environ["ALLMEM_CACHE"] = str(seed)  # the export goes to <cache>/onnx
+    emb = build_embedder(compose_config([f"embedder={embedder}"]), cache_dir=seed / "scratch")
     emb.encode(["export the model once"])
     emb.close()
 
 
-def measure(args: list[str], root: Path, cache: Path, seed: Path | None = None) -> dict[str, Any]:
-    """One run in its own process: wall / CPU per turn (run and steady), peak RSS."""
-    if seed is not None:
+def copy_seed(seed: Path | None, cache: Path) -> None:
+    if seed is not None and not (cache / "onnx").exists():
         import shutil
 
-        shutil.copytree(seed, cache / "embeddings" / "onnx")
+        shutil.copytree(seed, cache / "onnx")
+
+
+def measure(args: list[str], root: Path, cache: Path, seed: Path | None = None) -> dict[str, Any]:
+    """One run in its own process: wall / CPU per turn (run and steady), peak RSS."""
+    copy_seed(seed, cache)
     t0 = time.perf_counter()
     code, cpu, rss, tail = finish(start([*args, f"run.root={root}"], cache))
     wall = time.perf_counter() - t0
@@ -148,6 +154,8 @@ def measure(args: list[str], root: Path, cache: Path, seed: Path | None = None) 
     (run_dir,) = run_dirs(root)
     stats = dialogue_stats(run_dir)
     turns = sum(int(s["turns"]) for s in stats)
+    looked_up = sum(int((s.get("embedding_cache") or {}).get("texts", 0)) for s in stats)
+    embedded = sum(int((s.get("embedding_cache") or {}).get("embedded", 0)) for s in stats)
     rest = stats[1:] or stats
     steady_s = sum(float(s["ingest_s"]) + float(s["end_stream_s"]) for s in rest)
     steady_turns = sum(int(s["turns"]) for s in rest)
@@ -155,30 +163,36 @@ def measure(args: list[str], root: Path, cache: Path, seed: Path | None = None) 
         "run_dir": run_dir, "turns": turns, "dialogues": len(stats), "wall_s": wall, "cpu_s": cpu, "rss_mb": rss,
         "run_ms": 1000 * wall / turns, "cpu_ms": 1000 * cpu / turns, "steady_ms": 1000 * steady_s / steady_turns,
         "dialogue_s": [float(s["ingest_s"]) + float(s["end_stream_s"]) for s in stats],
+        "texts": looked_up, "embedded": embedded,
     }  # fmt: skip
 
 
-HEAD = f"{'method':<16}{'turns':>6}{'run ms':>9}{'x':>6}{'cpu ms':>9}{'x':>6}{'steady ms':>11}{'x':>6}{'peak RSS MB':>13}"
+HEAD = (
+    f"{'method':<16}{'turns':>6}{'run ms':>9}{'x':>6}{'cpu ms':>9}{'x':>6}{'steady ms':>11}{'x':>6}"
+    f"{'peak RSS MB':>13}{'texts/turn':>12}{'store hits':>12}"
+)
 
 
 def row(name: str, r: dict[str, Any], base: dict[str, Any] | None) -> str:
     def ratio(key: str) -> str:
         return f"{r[key] / base[key]:.2f}" if base else "-"
 
+    hits = f"{1 - r['embedded'] / r['texts']:.1%}" if r["texts"] else "-"
     return (
         f"{name:<16}{r['turns']:>6}{r['run_ms']:>9.1f}{ratio('run_ms'):>6}{r['cpu_ms']:>9.1f}"
         f"{ratio('cpu_ms'):>6}{r['steady_ms']:>11.1f}{ratio('steady_ms'):>6}{r['rss_mb']:>13.0f}"
+        f"{r['texts'] / r['turns']:>12.1f}{hits:>12}"
     )
 
 
 def parallel_part(
-    data_args: list[str], method: str, one: dict[str, Any], work: Path, keys: set[str]
+    data_args: list[str], method: str, one: dict[str, Any], work: Path, keys: set[str], seed: Path | None
 ) -> float | None:
     """Speed-ups of 2 workers and of 2 concurrent shards over ``one`` (the 1-process run of ``method``)."""
     print(f"\n## Parallel: {method}, cold caches, over one process ({one['wall_s']:.1f} s wall)")
     efficiency = None
     if "workers" in keys:
-        two = measure([*data_args, f"method={method}", "run.workers=2"], work / "w2", work / "cache_w2")
+        two = measure([*data_args, f"method={method}", "run.workers=2"], work / "w2", work / "cache_w2", seed)
         speed = one["wall_s"] / two["wall_s"]
         efficiency = speed / 2
         print(
@@ -189,6 +203,8 @@ def parallel_part(
             "run.workers=2: skipped, this code's run config has no run.workers (scale-par's branch adds it)"
         )
     if "shard" in keys:
+        for i in (1, 2):
+            copy_seed(seed, work / f"cache_s{i}")
         root, t0 = work / "s2", time.perf_counter()
         procs = [
             start(
@@ -212,7 +228,7 @@ def parallel_part(
     return efficiency
 
 
-def projection(rows: dict[str, dict[str, Any]], embedder: str, efficiency: float | None) -> None:
+def projection(rows: dict[str, dict[str, Any]], embedder: str, efficiency: float | None, caches: str) -> None:
     """Projected from CPU time per turn: on a machine shared with other jobs (as here) wall time measures the
     load; a one-thread run on an idle core takes about its CPU time. Includes each run's start-up (imports, model
     load), so it over-states the cheap methods at small sizes."""
@@ -223,7 +239,9 @@ def projection(rows: dict[str, dict[str, Any]], embedder: str, efficiency: float
         if efficiency
         else "E = 1 (ideal: not measured here)"
     )
-    print(f"\n## Projected full LongMemEval-s Table 1 (embedder={embedder}, offline, {len(rows)} methods)")
+    print(
+        f"\n## Projected full LongMemEval-s Table 1 (embedder={embedder}, offline, {len(rows)} methods; {caches})"
+    )
     print(
         f"T(P) = sum over methods of t_turn[m] x {LME_S_TURNS:,} turns / (P x E); t_turn = CPU ms per turn; {e_note}"
     )
@@ -239,6 +257,24 @@ def projection(rows: dict[str, dict[str, Any]], embedder: str, efficiency: float
     )
 
 
+def part(
+    title: str, methods: list[str], data_args: list[str], emb: str, root: Path, seed: Path | None,
+    *, shared_cache: bool,
+) -> dict[str, dict[str, Any]]:  # fmt: skip
+    """One run per method (naive_rag first, so every row's ratio prints as soon as its run ends); each method a
+    cache of its own, or all of them one."""
+    print(f"\n## {title}")
+    print(HEAD, flush=True)
+    rows: dict[str, dict[str, Any]] = {}
+    for m in methods:
+        tag = f"{emb}_{m}"
+        log(f"{root.name} {tag} ...")
+        cache = root / "cache" / (emb if shared_cache else tag)
+        rows[m] = measure([*data_args, f"method={m}", f"embedder={emb}"], root / "runs" / tag, cache, seed)
+        print(row(m, rows[m], rows.get("naive_rag")), flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     size = ap.add_mutually_exclusive_group()
@@ -252,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--embedders", nargs="+", default=["minilm"], help="configs/embedder/ names")
     ap.add_argument("--par-method", default="naive_rag", help="method of the workers / shards speed-up")
     ap.add_argument("--no-parallel", action="store_true", help="skip the workers / shards part")
+    ap.add_argument("--no-shared", action="store_true", help="skip the runs on one shared cache")
     ap.add_argument("--work", type=Path, help="folder for the file, runs and caches (default: a temp folder)")
     a = ap.parse_args(argv)
 
@@ -272,34 +309,31 @@ def main(argv: list[str] | None = None) -> int:
         f"# questions, {a.sessions / 50:.0%} of its sessions); {os.cpu_count()} CPUs; load average before {load_average()}"
     )
     data_args = ["dataset=longmemeval_s", f"dataset.path={data}"]
-    all_rows: dict[str, dict[str, dict[str, Any]]] = {}
+    cold: dict[str, dict[str, dict[str, Any]]] = {}
+    shared: dict[str, dict[str, dict[str, Any]]] = {}
+    seeds = {emb: seed_export(emb, work) for emb in a.embedders}
     for emb in a.embedders:
-        rows: dict[str, dict[str, Any]] = {}
-        seed = seed_export(emb, work)
-        print(
-            f"\n## embedder={emb}: time per turn (cold cache, one thread; x = ratio to naive_rag in this run)"
-        )
-        print(HEAD, flush=True)
-        for m in methods:  # naive_rag first: every row's ratio is printed as soon as its run ends
-            tag = f"{emb}_{m}"
-            log(f"{tag} ...")
-            rows[m] = measure(
-                [*data_args, f"method={m}", f"embedder={emb}"],
-                work / "runs" / tag,
-                work / "cache" / tag,
-                seed,
-            )
-            print(row(m, rows[m], rows.get("naive_rag")), flush=True)
-        all_rows[emb] = rows
+        cold[emb] = part(
+            f"embedder={emb}: time per turn (cold cache per method, one thread; x = ratio to naive_rag in this run)",
+            methods, data_args, emb, work / "cold", seeds[emb], shared_cache=False,
+        )  # fmt: skip
+        if not a.no_shared:
+            shared[emb] = part(
+                f"embedder={emb}: the same runs in sequence on one cache, as a sweep's jobs share it (embedding "
+                "store and LLM response cache; store hits = texts another method had embedded)",
+                methods, data_args, emb, work / "shared", seeds[emb], shared_cache=True,
+            )  # fmt: skip
     efficiency = None
     if not a.no_parallel:
         first = a.embedders[0]
-        one = all_rows[first].get(a.par_method) or measure(
-            [*data_args, f"method={a.par_method}", f"embedder={first}"], work / "p1", work / "cache_p1"
-        )
-        efficiency = parallel_part([*data_args, f"embedder={first}"], a.par_method, one, work, run_keys())
-    for emb, rows in all_rows.items():
-        projection(rows, emb, efficiency)
+        efficiency = parallel_part(
+            [*data_args, f"embedder={first}"], a.par_method, cold[first][a.par_method], work, run_keys(),
+            seeds[first],
+        )  # fmt: skip
+    for emb in a.embedders:
+        projection(cold[emb], emb, efficiency, "cold caches: every method embeds its own texts")
+        if emb in shared:
+            projection(shared[emb], emb, efficiency, "one shared cache, as `make paper` runs a sweep")
     print(f"\n# load average after {load_average()}; work folder {work}")
     return 0
 

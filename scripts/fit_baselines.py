@@ -1,8 +1,8 @@
 """Fit the constants of the published baselines' offline roles on the fit conversations only (issue 22).
 
 Offline, every LLM role of Mem0, A-Mem, HippoRAG 2 and MemGPT is a deterministic rule, and a rule has constants
-(a cosine threshold, a word count) that no paper gives. All-Mem's constants were fitted on LoCoMo conv-26, 30, 41,
-42, 43 (``benchmarks.fit_split``) by ``scripts/fit_retrieval.py``; the baselines' offline constants get the same
+(a cosine threshold, a word count) that no paper gives. All-Mem's constants were fitted on LoCoMo's fit
+conversations (``benchmarks.fit_split``) by ``scripts/fit_retrieval.py``; the baselines' offline constants get the same
 treatment, on the same five conversations, with the same objective (the mean of R@5 and N@5, protocol ``allmem``,
 every question), the same search (greedy coordinate ascent, ``fit_retrieval.coordinate_search``) and at most as
 many evaluated configurations as ``fit_retrieval.py`` may spend on ``allmem_hybrid`` (both counts are printed).
@@ -101,13 +101,14 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
+    from allmem.build import build_embedder
     from benchmarks import fit_split
 
     torch.set_num_threads(1)
     fit = fit_split("locomo")
     dialogues = fr.load_dialogues(args.data)
     held = [d.id for d in dialogues if d.id not in fit]
-    embedder = fr.build_embedder(fr.compose("naive_rag"))
+    embedder = build_embedder(fr.compose("naive_rag"))
     budget = allmem_budget()
     print(f"fit on {', '.join(fit)}; held out (scored for information only): {', '.join(held)}")
     print(f"budget: fit_retrieval.py may evaluate up to {budget} configurations for allmem_hybrid (3 rounds)")

@@ -1,6 +1,6 @@
 """Fit the retrieval constants of ``bm25``, ``hybrid_rag`` and ``allmem_hybrid`` on the fit conversations only.
 
-Every constant is chosen on LoCoMo conv-26, 30, 41, 42, 43 (``benchmarks.fit_split``) by maximising the mean of
+Every constant is chosen on LoCoMo's fit conversations (``benchmarks.fit_split``) by maximising the mean of
 R@5 and N@5 (protocol ``allmem``, every question) there; the search is printed step by step, then the chosen
 values, to be written into ``configs/method/{bm25,hybrid_rag,allmem_hybrid}.yaml``. The held-out five are
 scored only at the end, for information: nothing is chosen on them.
@@ -54,24 +54,18 @@ def load_dialogues(data: str | None) -> list[Any]:
     return load_locomo(resolve_data_path("locomo", data))
 
 
-def build_embedder(cfg: Any) -> Any:
-    from allmem.run.pipeline import build
-
-    return build(cfg.embedder, cache_dir=Path(cfg.paths.cache_dir) / "embeddings")
-
-
 def build_systems(
     method: str, dialogues: Sequence[Any], embedder: Any, overrides: Sequence[str] = ()
 ) -> dict:
     """One system per dialogue, each fed its whole stream, as the runner feeds it."""
-    from allmem.llm import build_llm
-    from allmem.run.pipeline import build, ingest
+    from allmem.build import build, build_run_llm
+    from allmem.run.pipeline import ingest
     from allmem.systems import Resources
 
     cfg = compose(method, overrides)
     out = {}
     tmp = Path(tempfile.mkdtemp(prefix="fit_retrieval_"))
-    llm = build_llm(cfg.llm, run_dir=tmp, cache_dir=Path(cfg.paths.cache_dir) / "llm")
+    llm = build_run_llm(cfg, tmp)
     for d in dialogues:
         t0 = time.perf_counter()
         system = build(cfg.method, resources=Resources(embedder=embedder, llm=llm, run_dir=tmp))
@@ -282,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
+    from allmem.build import build_embedder
     from benchmarks import fit_split
 
     torch.set_num_threads(1)

@@ -33,18 +33,18 @@ def fingerprint(n_dialogues: int, methods: Sequence[str]) -> dict[str, Any]:
     """{"conv|method|question index": [ids, scores as hex floats, anchors, candidates]}."""
     import torch
 
-    from allmem.llm import build_llm
+    from allmem.build import build, build_embedder, build_run_llm
     from allmem.memory.retrieve import Retriever
     from allmem.paths import resolve_data_path
-    from allmem.run.pipeline import build, ingest
+    from allmem.run.pipeline import ingest
     from allmem.systems import Resources
     from benchmarks.locomo import load_locomo
 
     torch.set_num_threads(1)
     cfg = method_config("allmem", ["atc.enabled=false"])
-    embedder = build(cfg.embedder, cache_dir=Path(cfg.paths.cache_dir) / "embeddings")
+    embedder = build_embedder(cfg)
     tmp = Path(tempfile.mkdtemp(prefix="fingerprint_"))
-    llm = build_llm(cfg.llm, run_dir=tmp, cache_dir=Path(cfg.paths.cache_dir) / "llm")
+    llm = build_run_llm(cfg, tmp)
     configs = {m: retrieval_and_vector(m) for m in methods}
     out: dict[str, Any] = {}
     for d in load_locomo(resolve_data_path("locomo", None))[:n_dialogues]:

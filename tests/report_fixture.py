@@ -84,7 +84,11 @@ def write_run(
     (path / files.CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
     records = _records(correct, tokens)
     (path / files.PREDICTIONS).write_text("".join(json.dumps(r) + "\n" for r in records))
-    atc = cfg.get("atc") is not None and bool(cfg.atc.enabled) and str(cfg.method._target_).endswith("AllMem")
+    atc = (
+        cfg.get("atc") is not None
+        and bool(cfg.atc.enabled)
+        and str(cfg.method._target_).endswith("AllMemSystem")
+    )
     events = _atc_events(float(cfg.atc.theta)) if atc else []
     if events:
         (path / "atc_events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))

@@ -10,10 +10,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from allmem.budget import context_line, pack
+from allmem.build import build
 from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
 from allmem.memory.signals import in_periods, query_periods
-from allmem.run.pipeline import build
 from allmem.systems import Resources
 from allmem.tokens import count_tokens
 from allmem.types import SessionInfo, Turn

@@ -14,8 +14,8 @@ from hydra import compose, initialize_config_dir
 from allmem import files
 from allmem.metrics import score_records
 from allmem.report.items import item_frame
-from allmem.report.retention import bin_label, compute
 from allmem.report.runs import load_run
+from allmem.report.tables.retention import bin_label, compute
 from allmem.run import asking, identity, pipeline
 from allmem.run import runner as runner_mod
 from allmem.types import Dialogue, Question, Session, Turn

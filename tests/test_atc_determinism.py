@@ -1,5 +1,5 @@
 """Determinism and system integration: the same stream gives the identical bank (ids included) whatever the
-diagnosis pool size; ATC hooks into ``AllMem`` through ``build_consolidator``; ablation switches take effect."""
+diagnosis pool size; ATC hooks into ``AllMemSystem`` through ``build_consolidator``; ablation switches take effect."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
 from allmem.memory.atc.events import read_events
-from allmem.memory.system import AllMem
+from allmem.memory.system import AllMemSystem
 from allmem.systems import Resources
 from benchmarks.synthetic_drift import make_corpus
 
@@ -18,11 +18,13 @@ VOLATILE = {"latency_ms", "llm_latency_ms"}
 DIALOGUE = make_corpus(seed=11, n_dialogues=1, n_sessions=4).dialogues[0]
 
 
-def run_stream(tmp_path, **atc: Any) -> AllMem:
+def run_stream(tmp_path, **atc: Any) -> AllMemSystem:
     llm = build_llm(
         {"_target_": "allmem.llm.offline.OfflineBackend", "backend": "offline", "cache": {"enabled": False}}
     )
-    system = AllMem.from_config(Resources(HashEmbedder(dim=96), llm, tmp_path), atc={"enabled": True, **atc})
+    system = AllMemSystem.from_config(
+        Resources(HashEmbedder(dim=96), llm, tmp_path), atc={"enabled": True, **atc}
+    )
     system.reset(DIALOGUE.id)
     for s in DIALOGUE.sessions:
         system.start_session(s.info)
@@ -33,7 +35,7 @@ def run_stream(tmp_path, **atc: Any) -> AllMem:
     return system
 
 
-def bank_state(system: AllMem) -> tuple[Any, ...]:
+def bank_state(system: AllMemSystem) -> tuple[Any, ...]:
     b = system.bank
     assert b is not None
     units = tuple(

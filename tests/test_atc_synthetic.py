@@ -1,6 +1,6 @@
 """Edit precision on the synthetic drift corpus (planted duplicates, supersessions, conflations, look-alikes).
 
-The whole pipeline runs: AllMem online write with the offline descriptor, the real MiniLM embedder, ATC every
+The whole pipeline runs: AllMemSystem online write with the offline descriptor, the real MiniLM embedder, ATC every
 3 sessions and at the end, offline diagnoser and planners, theta = 0.9. Every executed edit is judged from the
 corpus's fact keys (``synthetic.edit_is_valid``); each planted case is then checked one by one, and recall is
 reported. The offline calibration was set on seed 0; this test uses seed 1, never seen during calibration.
@@ -14,7 +14,7 @@ import pytest
 
 from allmem.llm import build_llm
 from allmem.memory.atc.events import read_events
-from allmem.memory.system import AllMem
+from allmem.memory.system import AllMemSystem
 from allmem.systems import Resources
 from benchmarks.synthetic_drift import DriftCorpus, make_corpus
 from benchmarks.synthetic_drift import edit_is_valid as valid
@@ -30,7 +30,7 @@ def outcome(embedder, tmp_path_factory):
     llm = build_llm(
         {"_target_": "allmem.llm.offline.OfflineBackend", "backend": "offline", "cache": {"enabled": False}}
     )
-    system = AllMem.from_config(Resources(embedder, llm, run_dir), atc={"enabled": True, "theta": 0.9})
+    system = AllMemSystem.from_config(Resources(embedder, llm, run_dir), atc={"enabled": True, "theta": 0.9})
     records: dict[str, dict[str, list[tuple[str, str]]]] = {}  # dialogue -> unit -> (source id, text)
     for d in corpus.dialogues:
         system.reset(d.id)

@@ -21,9 +21,9 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from allmem import files
+from allmem.build import build
 from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
-from allmem.run.pipeline import build
 from allmem.run.runner import run
 from benchmarks import load_dataset
 

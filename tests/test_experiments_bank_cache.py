@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from allmem import files
 from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
-from allmem.memory.system import AllMem
+from allmem.memory.system import AllMemSystem
 from allmem.run import compare, identity
 from allmem.run.runner import run
 from allmem.systems import Resources
@@ -82,12 +82,12 @@ SESSIONS = [
 ]
 
 
-def _system(tmp: Path, cache: Path | None, probe: int = 0, **atc) -> AllMem:
+def _system(tmp: Path, cache: Path | None, probe: int = 0, **atc) -> AllMemSystem:
     atc = {"enabled": True, "every_sessions": 1} | atc
-    return AllMem.from_config(_resources(tmp), bank_cache=cache, probe_queries=probe, atc=atc)
+    return AllMemSystem.from_config(_resources(tmp), bank_cache=cache, probe_queries=probe, atc=atc)
 
 
-def _bank(system: AllMem) -> list[tuple]:
+def _bank(system: AllMemSystem) -> list[tuple]:
     return [(u.id, u.visible, u.summary, tuple(r.text for r in u.evidence)) for u in system.bank.units()]
 
 
@@ -115,14 +115,14 @@ def test_a_different_stream_is_ingested_not_reused(tmp_path):
 
 def test_key_follows_ingestion_settings_only(tmp_path):
     base = _system(tmp_path, tmp_path / "banks")
-    other_retrieval = AllMem.from_config(base.resources, bank_cache=tmp_path / "banks", retrieval={"K": 4, "L": 10},
+    other_retrieval = AllMemSystem.from_config(base.resources, bank_cache=tmp_path / "banks", retrieval={"K": 4, "L": 10},
                              atc={"enabled": True, "every_sessions": 1})  # fmt: skip
-    same_atc = AllMem.from_config(
+    same_atc = AllMemSystem.from_config(
         base.resources, bank_cache=tmp_path / "banks", atc={"enabled": True, "every_sessions": 1}
     )
-    other_theta = AllMem.from_config(base.resources, bank_cache=tmp_path / "banks",
+    other_theta = AllMemSystem.from_config(base.resources, bank_cache=tmp_path / "banks",
                          atc={"enabled": True, "every_sessions": 1, "theta": 0.5})  # fmt: skip
-    probed = AllMem.from_config(base.resources, bank_cache=tmp_path / "banks", probe_queries=2,
+    probed = AllMemSystem.from_config(base.resources, bank_cache=tmp_path / "banks", probe_queries=2,
                     atc={"enabled": True, "every_sessions": 1})  # fmt: skip
     assert other_retrieval.bank_cache.key == same_atc.bank_cache.key
     assert other_theta.bank_cache.key != same_atc.bank_cache.key

@@ -133,8 +133,8 @@ def _debug_run(tmp_path: Path, *overrides: str) -> Path:
 
 def test_runs_record_units_and_turn_gold_and_the_table_reads_them(tmp_path: Path) -> None:
     from allmem import files
-    from allmem.report import retrieval
     from allmem.report.runs import load_run
+    from allmem.report.tables import retrieval
 
     run_dir = _debug_run(tmp_path, "dataset=longmemeval_s", "method=naive_rag")
     records = files.read_jsonl(run_dir / files.PREDICTIONS)
@@ -219,8 +219,8 @@ def test_a_locomo_run_states_every_granularity_in_metrics_and_the_table_reads_it
     to the values computed by hand from its predictions; the retrieval table's numbers are metrics.json's, read
     from it (a changed value in metrics.json shows in the table)."""
     from allmem import files
-    from allmem.report import retrieval
     from allmem.report.runs import load_run
+    from allmem.report.tables import retrieval
 
     run_dir = _debug_run(tmp_path, "dataset=locomo", "method=bm25")
     records = [r for r in files.read_jsonl(run_dir / files.PREDICTIONS) if r["evidence"]]

@@ -19,12 +19,13 @@ PACKAGE = "allmem"
 FLOORS: tuple[tuple[str, frozenset[str]], ...] = (
     ("words: records, errors, paths, text", frozenset({"types", "errors", "paths", "fingerprint", "threads", "text"})),
     ("storage: files, caches, configs, tokens, the memory interface", frozenset(
-        {"files", "cache_store", "defaults", "tokens", "budget", "systems", "embed_store", "embed_onnx", "embed"}
+        {"files", "cache_store", "defaults", "tokens", "budget", "systems", "embed_store", "embed_batch", "embed_onnx",
+         "embed"}
     )),
     ("model calls", frozenset({"llm"})),
     ("methods: readers, memory systems, a remote system", frozenset({"reader", "memory", "remote"})),
     ("scoring", frozenset({"metrics"})),
-    ("runs", frozenset({"run"})),
+    ("runs: config to objects, the run lifecycle", frozenset({"build", "run"})),
     ("products: reports, the library, paper targets", frozenset({"report", "library", "experiments"})),
     ("entry points", frozenset({"cli", ""})),  # "": allmem/__init__.py
 )  # fmt: skip

@@ -21,8 +21,8 @@ import pytest
 from allmem.defaults import llm_config
 from allmem.files import read_jsonl
 from allmem.llm import local_server
-from allmem.report.llm_roles import render
 from allmem.report.runs import find_runs
+from allmem.report.tables.llm_roles import render
 from allmem.run import compare
 from tests.faultkit import REPO, allmem_run, done_dir
 

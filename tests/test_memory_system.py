@@ -1,4 +1,4 @@
-"""AllMem as a MemorySystem: lifecycle with the offline LLM, ATC hooks in stream order, save/load round trip."""
+"""AllMemSystem as a MemorySystem: lifecycle with the offline LLM, ATC hooks in stream order, save/load round trip."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 
 from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
-from allmem.memory.system import AllMem
+from allmem.memory.system import AllMemSystem
 from allmem.systems import Resources
 from tests.fakes import stream_sessions
 
@@ -33,7 +33,7 @@ def _method_cfg(**atc: Any) -> dict[str, Any]:
 
 
 def test_lifecycle_retrieve_and_stats(tmp_path) -> None:
-    system = AllMem.from_config(_resources(tmp_path), **_method_cfg())
+    system = AllMemSystem.from_config(_resources(tmp_path), **_method_cfg())
     stream_sessions(system, SESSIONS)
     res = system.retrieve("Who adopted a puppy?")
     assert res.units and len(res.units) <= 16
@@ -76,7 +76,7 @@ class _RecordingATC:
 def test_atc_hooks_fire_in_stream_order(tmp_path, monkeypatch) -> None:
     # build_consolidator is the contract between the system and its consolidator (allmem/memory/system.py)
     monkeypatch.setattr("allmem.memory.atc.build_consolidator", _RecordingATC)
-    system = AllMem.from_config(_resources(tmp_path), **_method_cfg(enabled=True, theta=0.9))
+    system = AllMemSystem.from_config(_resources(tmp_path), **_method_cfg(enabled=True, theta=0.9))
     stream_sessions(system, SESSIONS)
     atc = system.consolidator
     assert atc.cfg.theta == 0.9
@@ -94,12 +94,12 @@ def test_atc_hooks_fire_in_stream_order(tmp_path, monkeypatch) -> None:
 
 
 def test_system_save_load_round_trip(tmp_path) -> None:
-    a = AllMem.from_config(_resources(tmp_path), **_method_cfg())
+    a = AllMemSystem.from_config(_resources(tmp_path), **_method_cfg())
     stream_sessions(a, SESSIONS)
     queries = ["red bike", "puppy", "hiking Alps", "Mont Blanc"]
     before = [[(u.id, u.score, u.source_ids) for u in a.retrieve(q).units] for q in queries]
     a.save(tmp_path / "bank")
-    b = AllMem.from_config(_resources(tmp_path), **_method_cfg())
+    b = AllMemSystem.from_config(_resources(tmp_path), **_method_cfg())
     b.load(tmp_path / "bank")
     after = [[(u.id, u.score, u.source_ids) for u in b.retrieve(q).units] for q in queries]
     assert after == before

@@ -12,9 +12,9 @@ from hydra import compose, initialize_config_dir
 
 from allmem import files
 from allmem.errors import ConfigError
-from allmem.report import table1
 from allmem.report.items import item_frame
 from allmem.report.runs import find_runs, load_run, with_judge
+from allmem.report.tables import table1
 from allmem.run.rejudge import JUDGES, VERDICTS, graded_block, judge_run, main
 from allmem.run.runner import run
 from tests.llm_stub import StubLLM, default_verdict, graded_verdict

@@ -9,8 +9,8 @@ from omegaconf import OmegaConf
 
 from allmem import files
 from allmem.report import build_report
-from allmem.report.atc import atc_cost, pooled_recoverability
 from allmem.report.tables import find_runs, fmt
+from allmem.report.tables.atc import atc_cost, pooled_recoverability
 
 
 def _record(qid: str, dialogue: str, category: int, prediction: str, gold: str, ranked: list[str]) -> dict:

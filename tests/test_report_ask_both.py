@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 
-from allmem.report import ablations, cost, retrieval, table1
 from allmem.report.items import at_end, item_frame
 from allmem.report.provenance import ask_note
 from allmem.report.runs import load_run
+from allmem.report.tables import ablations, cost, retrieval, table1
 from allmem.run.runner import run
 
 REPO = Path(__file__).resolve().parents[1]

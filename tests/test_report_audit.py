@@ -11,7 +11,8 @@ import random
 
 import pytest
 
-from allmem.report import audit, audit_sheet
+from allmem.report import audit
+from allmem.report.audit import sheet as audit_sheet
 from benchmarks.synthetic_drift import DriftCorpus
 
 DLG = "syn-9-0"

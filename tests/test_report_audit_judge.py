@@ -9,7 +9,7 @@ import pytest
 
 from allmem.llm import build_llm
 from allmem.report.audit import Edit, Label
-from allmem.report.audit_judge import Judge
+from allmem.report.audit.judge import Judge
 from tests.llm_stub import StubLLM
 
 KEY = "sk-test-audit"
@@ -93,3 +93,15 @@ def test_dry_run_books_an_estimate_and_calls_nothing(stub: StubLLM, tmp_path: Pa
     assert stub.count == 0 and all(lb.valid is None and lb.harmful is None for lb in labels)
     est = judge.estimate()
     assert est["calls"] == 6 and est["tokens_in"] > 0 and est["tokens_out"] == 6 * 70  # est_tokens_out: 70
+
+
+def test_one_vote_rule_for_every_judge() -> None:
+    """4o-J, the graded re-judge and Table 8's labels count votes with ``allmem.metrics.judge.majority``."""
+    from allmem.metrics.judge import majority
+
+    assert majority(["yes", "no", "yes", "invalid"]) == "yes"
+    assert majority(["yes", "no", "invalid"]) is None  # a tie
+    assert majority(["invalid", "invalid"]) is None  # nothing decided
+    assert majority(["correct", "partial", "partial", "wrong"]) == "partial"
+    assert majority([True, None, None], undecided=(None,)) is True
+    assert majority([True, False, None], undecided=(None,)) is None

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from allmem.report.cost import run_cost
+from allmem.report.tables.cost import run_cost
 
 
 def _run(stats: dict, write_calls: dict, atc_events: list[dict]) -> SimpleNamespace:

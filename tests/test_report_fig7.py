@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from allmem.report import fig7
 from allmem.report.audit import Edit
-from allmem.report.fig7 import Question, pick
+from allmem.report.figures import fig7
+from allmem.report.figures.fig7 import Question, pick
 
 
 def unit(uid: str, sid: str, visible: bool = True) -> dict:

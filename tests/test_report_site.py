@@ -1,4 +1,4 @@
-"""``allmem report site`` (allmem/report/site.py): the static site loads in headless Chromium without console
+"""``allmem report site`` (allmem/report/site/): the static site loads in headless Chromium without console
 errors, shows dataset text holding ``<script>`` as text, and its explorer and comparison counts are the ones
 counted by hand from the runs below; the first page loads no run's details or contexts (``chunks/``) until a
 question is opened, long lists are drawn a page at a time, and the main table's cells are the subsets' means.

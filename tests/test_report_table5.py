@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from allmem.report import table5
+from allmem.report.tables import table5
 from benchmarks.locomo import load_locomo
 
 # One conversation: session 1 has two turns (3 and 1 tokens), session 2 one turn (3 tokens) with an image.

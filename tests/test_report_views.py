@@ -1,4 +1,4 @@
-"""Table 1's other views of the same answers (allmem/report/views.py): overall without LoCoMo category 5 and with
+"""Table 1's other views of the same answers (allmem/report/tables/views.py): overall without LoCoMo category 5 and with
 the answer-key errata, side by side, computed by hand on a four-question run."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from allmem import files
-from allmem.report import table1, views
 from allmem.report.runs import Run
+from allmem.report.tables import table1, views
 
 # (category, question, prediction, gold): set-F1 by hand in the comments
 QUESTIONS = [

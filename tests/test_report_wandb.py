@@ -47,7 +47,7 @@ def test_wandb_offline_logs_the_sealed_run_once(tmp_path: Path) -> None:
     f1 = json.loads((run_dir / files.METRICS).read_text())["overall"]["scores"]["f1"]
     assert b"overall/f1" in blob and json.dumps(f1).encode() in blob, (f1, len(blob))
     assert b"groups/2/f1" in blob and b"cost/write/tokens_in" in blob
-    assert b'"theta"' in blob and b"allmem.memory.system.AllMem" in blob  # the resolved config
+    assert b'"theta"' in blob and b"allmem.memory.system.AllMemSystem" in blob  # the resolved config
     media = offline / "files" / "media"
     assert {p.name.split("_")[0] for p in media.glob("images/figures/*.png")} >= {
         "f1",

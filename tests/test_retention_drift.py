@@ -11,8 +11,8 @@ from hydra import compose, initialize_config_dir
 
 from allmem import files
 from allmem.report import paper, targets
-from allmem.report.retention import compute
 from allmem.report.runs import load_run
+from allmem.report.tables.retention import compute
 from allmem.run.runner import run
 
 REPO = Path(__file__).resolve().parents[1]

@@ -24,7 +24,8 @@ spec.loader.exec_module(bench)
 print(json.dumps({
     "keys": sorted(bench.run_keys()),
     "int8": bench.compose_config(["embedder=minilm_onnx_int8"]).embedder.backend,
-    "torch": bench.compose_config(["embedder=minilm"]).embedder.get("backend", "torch"),
+    "default": bench.compose_config([]).embedder.backend,
+    "torch": bench.compose_config(["embedder=minilm_torch"]).embedder.backend,
 }))
 """
 
@@ -39,4 +40,4 @@ def test_the_bench_composes_the_config_in_a_fresh_interpreter():
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert {"workers", "shard"} <= set(got["keys"])
     assert got["int8"] == "onnx_int8"
-    assert got["torch"] == "torch"
+    assert got["torch"] == "torch" and got["default"] == "onnx_fp32"

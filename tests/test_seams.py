@@ -85,8 +85,8 @@ def test_table3_from_the_run_files_equals_the_events_summary(tmp_path: Path) -> 
     """The report reads Table 3 from the per-dialogue ATC summaries in ``system_stats.jsonl`` (it no longer
     imports the method); on a real run they add up to the summary of ``atc_events.jsonl``."""
     from allmem.memory.atc.summary import summarise_run_dir
-    from allmem.report.atc import table3_frame
     from allmem.report.runs import load_run
+    from allmem.report.tables.atc import table3_frame
 
     res = allmem_run(
         tmp_path, "method=allmem", "atc.every_sessions=1", f"dataset.path={FIXTURES / 'locomo_tiny.json'}"

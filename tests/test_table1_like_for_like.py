@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 
 from allmem.defaults import CONFIG_DIR
 from allmem.report.runs import Run
-from allmem.report.table1 import fitted_of, like_for_like_note, search_of
+from allmem.report.tables.table1 import fitted_of, like_for_like_note, search_of
 
 
 def _run(method: str, **override) -> Run:

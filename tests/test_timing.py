@@ -13,8 +13,8 @@ from omegaconf import OmegaConf
 
 from allmem import files
 from allmem.metrics.protocols import get_protocol
-from allmem.report.cost import markdown_for, run_cost
 from allmem.report.runs import Run
+from allmem.report.tables.cost import markdown_for, run_cost
 from allmem.run.pipeline import answer_question, ingest
 from allmem.run.timing import model_ms, percentiles, watch
 from allmem.systems import MemorySystem

@@ -54,7 +54,7 @@ def _atc_factory(enabled: bool) -> Any:
     return build_consolidator
 
 
-class AllMem(MemorySystem):
+class AllMemSystem(MemorySystem):
     """All-Mem: visible-surface anchoring, typed-link expansion, re-ranking; ATC through a hook."""
 
     name = "allmem"
@@ -78,7 +78,7 @@ class AllMem(MemorySystem):
         probe_queries: int = 0,
     ) -> None:
         """The settings are the ``method`` node of ``configs/method/allmem*.yaml`` (library code without Hydra:
-        ``AllMem.from_config(resources, retrieval={"K": 8})``). ``bank_cache`` and ``probe_queries`` are
+        ``AllMemSystem.from_config(resources, retrieval={"K": 8})``). ``bank_cache`` and ``probe_queries`` are
         ``run.bank_cache`` / ``run.probe_queries``, which the runner passes (off when not given)."""
         super().__init__(resources)
         self.d_sigma = from_node(LinkConfig, links, LinkConfig.WHERE).d_sigma
@@ -91,7 +91,7 @@ class AllMem(MemorySystem):
         self.save_banks = save_banks
         self.probe_cfg = from_node(ProbeConfig, {**plain(probe), "queries": probe_queries}, ProbeConfig.WHERE)
         if self.resources.embedder is None:
-            raise ValueError("AllMem needs resources.embedder (allmem.embed.Embedder)")
+            raise ValueError("AllMemSystem needs resources.embedder (allmem.embed.Embedder)")
         self.dialogue_id = ""
         self.bank: MemoryBank | None = None
         self.consolidator: Any = None
@@ -112,7 +112,7 @@ class AllMem(MemorySystem):
         bank_cache: str | Path | None = None,
         probe_queries: int = 0,
         **changes: Any,
-    ) -> AllMem:
+    ) -> AllMemSystem:
         """All-Mem with the values of ``configs/method/<name>.yaml``, read without Hydra; each of ``changes``
         replaces keys of one node (``atc={"theta": 0.5}``) or a value (``save_banks=True``)."""
         node = method_node(name)

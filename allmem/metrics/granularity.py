@@ -21,7 +21,7 @@ counts, unlike the paper's R@k, which scores it 0.
 
 Every run's ``metrics.json`` holds these means under ``granularity`` (``summary``, written by
 ``allmem.metrics.score_records``, so the runner and ``allmem score`` agree), and the retrieval table reads them
-from there (``allmem/report/retrieval.py``).
+from there (``allmem/report/tables/retrieval.py``).
 """
 
 from __future__ import annotations

@@ -20,12 +20,14 @@ the run warns (``invalid_warning``) and the report's footer flags the run (``inv
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Container, Mapping, Sequence
+from typing import Any, TypeVar
 
 from allmem.llm.base import ChatResult
 from allmem.llm.prompts import build_request
 from allmem.metrics.protocols import Protocol, as_protocol
+
+T = TypeVar("T")
 
 #: Share of a run's verdicts that may be invalid before the run warns and the tables flag it.
 INVALID_WARN_RATE = 0.02
@@ -75,14 +77,21 @@ def parse_verdict(protocol: str | Protocol, res: ChatResult) -> str:
     return as_protocol(protocol).parse_verdict(res)
 
 
-def _majority(votes: Sequence[str]) -> tuple[str, float]:
-    decided = Counter(v for v in votes if v in ("yes", "no"))
+def majority(votes: Sequence[T], undecided: Container[Any] = ("invalid",)) -> T | None:
+    """The one vote rule of every judge (4o-J, ``allmem judge --graded``, Table 8's labels): the most common of
+    the decided votes (those not in ``undecided``); None when no vote is decided or the top two tie."""
+    decided = Counter(v for v in votes if v not in undecided)
     if not decided:
-        return "invalid", 1.0 if all(v == "invalid" for v in votes) else 0.0
+        return None
     (top, n_top), *rest = decided.most_common()
-    if rest and rest[0][1] == n_top:
-        return "invalid", 0.0
-    return top, n_top / len(votes)
+    return None if rest and rest[0][1] == n_top else top
+
+
+def _majority(votes: Sequence[str]) -> tuple[str, float]:
+    top = majority(votes)
+    if top is None:  # nothing decided, or a tie
+        return "invalid", 1.0 if all(v == "invalid" for v in votes) else 0.0
+    return top, sum(v == top for v in votes) / len(votes)
 
 
 def judge_record(

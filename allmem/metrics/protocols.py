@@ -125,7 +125,7 @@ class Protocol:
         return ["f1", "bleu1", "rougeL"]
 
     def retrieval_names(self) -> list[str]:
-        return [name for k in self.ks for name in (f"R@{k}", f"N@{k}")]
+        return [name for k in self.ks for name in (retrieval.recall_key(k), retrieval.ndcg_key(k))]
 
     def metric_names(self) -> list[str]:
         """Per-item metric names, in display order."""
@@ -133,7 +133,11 @@ class Protocol:
 
     def table_metrics(self) -> list[str]:
         """Columns of the paper's Table 1 for this protocol (``judge`` is the 4o-J column)."""
-        return ["judge", "f1", "bleu1", "rougeL", f"R@{self.table_k}", f"N@{self.table_k}"]
+        return ["judge", "f1", "bleu1", "rougeL", *self.table_retrieval()]
+
+    def table_retrieval(self) -> list[str]:
+        """Recall and nDCG at the table's k: ``["R@5", "N@5"]``."""
+        return [retrieval.recall_key(self.table_k), retrieval.ndcg_key(self.table_k)]
 
     def score_qa(self, record: Mapping[str, Any]) -> dict[str, float | None]:
         pred, gold = record["prediction"], record["gold"]
@@ -174,7 +178,7 @@ class Mem0Protocol(Protocol):
         return ["f1", "bleu1"]
 
     def table_metrics(self) -> list[str]:
-        return ["judge", "f1", "bleu1", f"R@{self.table_k}", f"N@{self.table_k}"]
+        return ["judge", "f1", "bleu1", *self.table_retrieval()]
 
     def score_qa(self, record: Mapping[str, Any]) -> dict[str, float | None]:
         pred, gold = record["prediction"], record["gold"]
@@ -192,7 +196,7 @@ class LocomoProtocol(Protocol):
         return ["f1"]
 
     def table_metrics(self) -> list[str]:
-        return ["f1", f"R@{self.table_k}", f"N@{self.table_k}"]
+        return ["f1", *self.table_retrieval()]
 
     def score_qa(self, record: Mapping[str, Any]) -> dict[str, float | None]:
         if record["category"] is None:
@@ -284,6 +288,13 @@ def get_protocol(
     if ask is not None and ask not in ASK_MODES:
         raise ValueError(f"protocol.ask={ask!r}: choose one of {list(ASK_MODES)}")
     return PROTOCOLS[name](name=name, ks=ks_t, table_k=int(table_k), ask=ask or "end")
+
+
+def table_names() -> tuple[str, str]:
+    """``R@k`` and ``N@k`` at ``protocol.table_k`` of configs/config.yaml (``R@5``, ``N@5``): the names every
+    report line, column and figure of the paper's tables uses (``allmem.report.compare.R_K``, ``N_K``)."""
+    recall, ndcg = get_protocol("allmem").table_retrieval()
+    return recall, ndcg
 
 
 def as_protocol(protocol: str | Protocol | Any) -> Protocol:

@@ -100,14 +100,24 @@ def ndcg_at_k(ranked: Sequence[str], gold: Iterable[str], k: int) -> float:
     return dcg / idcg
 
 
+def recall_key(k: int) -> str:
+    """The name of recall at ``k`` (``R@5``) in records, metrics.json, tables and figures: stated here only."""
+    return f"R@{k}"
+
+
+def ndcg_key(k: int) -> str:
+    """The name of nDCG at ``k`` (``N@5``), as ``recall_key``."""
+    return f"N@{k}"
+
+
 def allmem_retrieval(ranked: Sequence[str], gold: Iterable[str], ks: Sequence[int]) -> dict[str, float]:
     """``R@k`` and ``N@k`` for every k, in the order R@k1, N@k1, R@k2, ..."""
     gold_ids = dedupe(gold)
     ranked_ids = dedupe(ranked)
     out: dict[str, float] = {}
     for k in ks:
-        out[f"R@{k}"] = recall_at_k(ranked_ids, gold_ids, k)
-        out[f"N@{k}"] = ndcg_at_k(ranked_ids, gold_ids, k)
+        out[recall_key(k)] = recall_at_k(ranked_ids, gold_ids, k)
+        out[ndcg_key(k)] = ndcg_at_k(ranked_ids, gold_ids, k)
     return out
 
 

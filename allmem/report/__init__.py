@@ -23,12 +23,13 @@ from allmem.files import CONFIG, write_atomic
 from allmem.paths import results_dir
 from allmem.report.runs import check_same_code
 from allmem.types import RecordError
+from benchmarks import fit_split
 
 
 def build_report(root: Path) -> str:
     from allmem.metrics.judge import invalid_note
-    from allmem.report.atc import atc_sections
     from allmem.report.tables import find_runs, group_table, main_table, split_table
+    from allmem.report.tables.atc import atc_sections
 
     runs = find_runs(root)
     if not runs:
@@ -47,9 +48,11 @@ def build_report(root: Path) -> str:
             f"### F1 per {'category' if dataset == 'locomo' else 'question type'}\n\n{group_table(subset)}"
         )
         if dataset == "locomo":
+            fit = fit_split("locomo")  # conv-26, 30, ...: the first id whole, the others by number
+            ids = ", ".join([*fit[:1], *(i.removeprefix("conv-") for i in fit[1:])])
             sections.append(
-                "### Fitted vs held-out conversations\n\nAny threshold fitted on LoCoMo was fitted on conv-26, 30, "
-                f"41, 42, 43 only.\n\n{split_table(subset)}"
+                "### Fitted vs held-out conversations\n\nAny threshold fitted on LoCoMo was fitted on "
+                f"{ids} only.\n\n{split_table(subset)}"
             )
         sections += atc_sections(subset)
     done = {r.path for r in runs}
@@ -120,7 +123,7 @@ def _main(argv: list[str]) -> int:
                         help="4o-J from the judge folder <run>/judges/<KEY> (allmem judge) instead of the runs' own")  # fmt: skip
     args = parser.parse_args(argv)
     if "sweep" in args.targets:
-        from allmem.report.sweep import summarise_sweep
+        from allmem.report.tables.sweep import summarise_sweep
 
         for path in summarise_sweep(args.runs, args.out):
             print(f"[allmem] sweep: {path}")
@@ -142,8 +145,8 @@ def _main(argv: list[str]) -> int:
 
 
 def _llm_roles(argv: list[str]) -> int:
-    from allmem.report import llm_roles
     from allmem.report.runs import find_runs
+    from allmem.report.tables import llm_roles
 
     parser = argparse.ArgumentParser(prog="allmem report llm", description=llm_roles.__doc__.split("\n\n")[0])
     parser.add_argument(

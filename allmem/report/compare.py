@@ -14,10 +14,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from allmem.metrics.protocols import table_names
 from allmem.report import stats
 from allmem.report.items import JUDGE, KEYS
 
 METRIC_NAMES = {"judge": "4o-J", "f1": "F1", "bleu1": "BLEU-1", "rougeL": "ROUGE-L"}
+# Recall and nDCG at the paper's table k, named once from the protocol (``R@5``, ``N@5``): every report line uses these.
+R_K, N_K = table_names()
 OVERALL = "overall"
 
 

@@ -18,19 +18,41 @@ import pandas as pd
 
 from allmem import files
 from allmem.errors import ConfigError
-from allmem.report import ablations, cost, fig7, paper_figures, retrieval, stats, table1, table5, table8
-from allmem.report import equal_context as equal_context_view
-from allmem.report import memgpt_window as window_view
-from allmem.report import retention as retention_view
-from allmem.report.atc import table3_frame, table3_markdown
+from allmem.report import stats
+from allmem.report.figures import fig7
+from allmem.report.figures import paper as paper_figures
 from allmem.report.frame import write_parquet
 from allmem.report.provenance import DATASET_TITLES, ask_note, footer
 from allmem.report.runs import Run, check_same_code, with_judge
+from allmem.report.tables import ablations, cost, retrieval, table1, table5, table8
+from allmem.report.tables import equal_context as equal_context_view
+from allmem.report.tables import memgpt_window as window_view
+from allmem.report.tables import retention as retention_view
+from allmem.report.tables.atc import table3_frame, table3_markdown
 from allmem.report.targets import LME_SKIPPED, ONLY_ON, TARGETS, Point, collect, expand, experiments_of
 from benchmarks import fit_split
 
 log = logging.getLogger("allmem.report")
 Found = dict[str, dict[str, list[Point]]]
+
+
+# Each target of the registry (allmem/report/targets.ini) has one renderer here, marked ``@renders(name)``.
+RENDER: dict[str, Callable[[Found, Path, Path], list[Path]]] = {}
+STANDALONE: dict[
+    str, Callable[[Found, Path, Path, str | None], list[Path]]
+] = {}  # given the LongMemEval file too
+
+
+def renders(name: str, lme: bool = False) -> Callable[[Callable], Callable]:
+    """Mark the function that writes target ``name``'s tables and figures (``lme``: it is given the --lme file)."""
+
+    def mark(fn: Callable) -> Callable:
+        if name not in TARGETS:
+            raise ValueError(f"@renders({name!r}): no such target in allmem/report/targets.ini")
+        (STANDALONE if lme else RENDER)[name] = fn
+        return fn
+
+    return mark
 
 
 def _runs(found: Found, experiment: str, dataset: str) -> list[Run]:
@@ -72,6 +94,7 @@ def _write(text: str, frame: pd.DataFrame | None, tables: Path, name: str) -> li
 
 
 # ------------------------------------------------------------------------------------------------ tables
+@renders("table1")
 def render_table1(found: Found, tables: Path, figures: Path) -> list[Path]:
     sections, frames, runs_all = [f"# {TARGETS['table1'].title}"], [], []
     experiments = TARGETS["table1"].experiments  # the methods, then the Stage 1 variants
@@ -117,8 +140,9 @@ def _render_by_dataset(
     return _write("\n\n".join(sections), frame, tables, name)
 
 
+@renders("retrieval")
 def render_retrieval(found: Found, tables: Path, figures: Path) -> list[Path]:
-    """Retrieval at every granularity (allmem/report/retrieval.py) for Table 1's runs."""
+    """Retrieval at every granularity (allmem/report/tables/retrieval.py) for Table 1's runs."""
 
     def build(runs: list[Run], ds: str) -> tuple[pd.DataFrame, str]:
         t = retrieval.compute(runs)
@@ -149,17 +173,20 @@ def _render_view(
     return written + drawn
 
 
+@renders("retention")
 def render_retention(found: Found, tables: Path, figures: Path) -> list[Path]:
-    """The retention view (allmem/report/retention.py): table and, per dataset, a figure by session distance; it
+    """The retention view (allmem/report/tables/retention.py): table and, per dataset, a figure by session distance; it
     reads both ask points of a run."""
     return _render_view(found, tables, figures, "retention", retention_view, every_ask=True)
 
 
+@renders("equal_context")
 def render_equal_context(found: Found, tables: Path, figures: Path) -> list[Path]:
-    """The equal-context view (allmem/report/equal_context.py): table and, per dataset, a figure by packed tokens."""
+    """The equal-context view (allmem/report/tables/equal_context.py): table and, per dataset, a figure by packed tokens."""
     return _render_view(found, tables, figures, "equal_context", equal_context_view)
 
 
+@renders("table2")
 def render_table2(found: Found, tables: Path, figures: Path) -> list[Path]:
     def build(runs: list[Run], ds: str) -> tuple[pd.DataFrame, str]:
         t = cost.compute(runs)
@@ -173,6 +200,7 @@ def render_table2(found: Found, tables: Path, figures: Path) -> list[Path]:
     return _render_by_dataset(found, tables, "table2", lambda ds: _runs(found, "table1", ds), build, notes)
 
 
+@renders("table3")
 def render_table3(found: Found, tables: Path, figures: Path) -> list[Path]:
     def build(runs: list[Run], ds: str) -> tuple[pd.DataFrame, str]:
         t = table3_frame(runs)
@@ -192,6 +220,7 @@ def render_table3(found: Found, tables: Path, figures: Path) -> list[Path]:
     )
 
 
+@renders("table4")
 def render_table4(found: Found, tables: Path, figures: Path) -> list[Path]:
     def build(runs: list[Run], ds: str) -> tuple[pd.DataFrame, str]:
         t, extra = ablations.compute(runs)
@@ -203,6 +232,7 @@ def render_table4(found: Found, tables: Path, figures: Path) -> list[Path]:
     return _render_by_dataset(found, tables, "table4", lambda ds: _runs(found, "ablations", ds), build, notes)
 
 
+@renders("ablations_hybrid")
 def render_ablations_hybrid(found: Found, tables: Path, figures: Path) -> list[Path]:
     def build(runs: list[Run], ds: str) -> tuple[pd.DataFrame, str]:
         t = ablations.compute_hybrid(runs, fit_split(ds) if ds == "locomo" else ()).assign(dataset=ds)
@@ -256,6 +286,7 @@ def _render_figure(
     return written + _figure_index(found, tables, name, written, extra, data=data)
 
 
+@renders("fig3")
 def render_fig3(found: Found, tables: Path, figures: Path) -> list[Path]:
     def draw(ds: str) -> tuple[list[Path], pd.DataFrame] | None:
         sweep, methods = _runs(found, "fig3", ds), _runs(found, "table1", ds)
@@ -269,6 +300,7 @@ def render_fig3(found: Found, tables: Path, figures: Path) -> list[Path]:
     return _render_figure(found, tables, "fig3", draw)
 
 
+@renders("fig4")
 def render_fig4(found: Found, tables: Path, figures: Path) -> list[Path]:
     def draw(ds: str) -> tuple[list[Path], pd.DataFrame] | None:
         theta, dsigma = _runs(found, "fig4_theta", ds), _runs(found, "fig4_dsigma", ds)
@@ -279,6 +311,7 @@ def render_fig4(found: Found, tables: Path, figures: Path) -> list[Path]:
     return _render_figure(found, tables, "fig4", draw, [stats.describe()])
 
 
+@renders("fig5")
 def render_fig5(found: Found, tables: Path, figures: Path) -> list[Path]:
     def draw(ds: str) -> tuple[list[Path], pd.DataFrame] | None:
         surface = [r for r in _runs(found, "fig4_theta", ds) if r.consolidates]
@@ -290,6 +323,7 @@ def render_fig5(found: Found, tables: Path, figures: Path) -> list[Path]:
     return _render_figure(found, tables, "fig5", draw)
 
 
+@renders("fig6")
 def render_fig6(found: Found, tables: Path, figures: Path) -> list[Path]:
     def draw(ds: str) -> tuple[list[Path], pd.DataFrame] | None:
         runs = [r for r in _runs(found, "fig4_theta", ds) if r.consolidates]
@@ -298,8 +332,9 @@ def render_fig6(found: Found, tables: Path, figures: Path) -> list[Path]:
     return _render_figure(found, tables, "fig6", draw)
 
 
+@renders("memgpt_window")
 def render_memgpt_window(found: Found, tables: Path, figures: Path) -> list[Path]:
-    """MemGPT's window sweep (allmem/report/memgpt_window.py): the table and its figure, on the generated file."""
+    """MemGPT's window sweep (allmem/report/tables/memgpt_window.py): the table and its figure, on the generated file."""
     name = "memgpt_window"
     sections, frames, drawn, runs_all = [f"# {TARGETS[name].title}"], [], [], []
     for ds in _datasets(found):
@@ -319,28 +354,21 @@ def render_memgpt_window(found: Found, tables: Path, figures: Path) -> list[Path
     return _write("\n\n".join(sections), frame, tables, name) + drawn
 
 
-RENDER: dict[str, Callable[[Found, Path, Path], list[Path]]] = {
-    "table1": render_table1,
-    "table2": render_table2,
-    "retrieval": render_retrieval,
-    "retention": render_retention,
-    "equal_context": render_equal_context,
-    "table3": render_table3,
-    "table4": render_table4,
-    "ablations_hybrid": render_ablations_hybrid,
-    "fig3": render_fig3,
-    "fig4": render_fig4,
-    "fig5": render_fig5,
-    "fig6": render_fig6,
-    "memgpt_window": render_memgpt_window,
-}
 # Targets rendered with the LongMemEval file too (Table 5 reads the loaders and needs no run; Table 8 and Fig. 7
-# name what is missing themselves): allmem/report/table5.py, table8.py, fig7.py.
-STANDALONE: dict[str, Callable[[Found, Path, Path, str | None], list[Path]]] = {
-    "table5": lambda found, tables, figures, lme: table5.render(tables, lme, LME_SKIPPED),
-    "table8": lambda found, tables, figures, lme: table8.render(found, tables, figures, lme, LME_SKIPPED),
-    "fig7": lambda found, tables, figures, lme: fig7.render(found, tables, figures, lme, LME_SKIPPED),
-}
+# name what is missing themselves): allmem/report/tables/table5.py, table8.py, fig7.py.
+@renders("table5", lme=True)
+def render_table5(found: Found, tables: Path, figures: Path, lme: str | None) -> list[Path]:
+    return table5.render(tables, lme, LME_SKIPPED)
+
+
+@renders("table8", lme=True)
+def render_table8(found: Found, tables: Path, figures: Path, lme: str | None) -> list[Path]:
+    return table8.render(found, tables, figures, lme, LME_SKIPPED)
+
+
+@renders("fig7", lme=True)
+def render_fig7(found: Found, tables: Path, figures: Path, lme: str | None) -> list[Path]:
+    return fig7.render(found, tables, figures, lme, LME_SKIPPED)
 
 
 def summarise(

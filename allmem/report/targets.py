@@ -4,6 +4,7 @@ Read only: the one registry of the launcher (``allmem paper run``, ``allmem/expe
 
 from __future__ import annotations
 
+import configparser
 import hashlib
 import json
 import logging
@@ -90,55 +91,78 @@ def launch_overrides(experiment: str) -> list[str]:
     return [f"method={','.join(listed)}"]
 
 
+REGISTRY = Path(__file__).with_name("targets.ini")  # the one registration of every paper target
+
+
 @dataclass(frozen=True)
 class Target:
     name: str
     experiments: tuple[str, ...]
     title: str
+    help: str = ""  # `make help`'s line
+    runs: str = ""  # docs/REPRODUCE.md's table: the runs (experiment files), and what the target writes
+    writes: str = ""
+    groups: tuple[str, ...] = ()
 
 
-TARGETS: dict[str, Target] = {
-    t.name: t
-    for t in (
-        Target("table1", ("table1", *STAGE1_VARIANTS), "Table 1: main results"),
-        Target("table2", ("table1",), "Table 2: cost"),
-        Target("retrieval", ("table1",), "Retrieval at every granularity"),
-        Target("retention", ("retention",), "Retention: scores against the stream since the evidence"),
-        Target("equal_context", ("equal_context",), "Equal context: F1 and R@5 at equal packed tokens"),
-        Target("table3", ("table1",), "Table 3: ATC per operator"),
-        Target("table4", ("ablations",), "Table 4: ablations"),
-        Target("ablations_hybrid", ("ablations_hybrid",), "Retrieval ablations of allmem_hybrid"),
-        Target("fig3", ("table1", "fig3", "fig3_anchors"), "Fig. 3: accuracy against generator input tokens"),
-        Target("fig4", ("fig4_theta", "fig4_dsigma"), "Fig. 4: sensitivity to theta and d_sigma"),
-        Target("fig5", ("fig5", "fig4_theta"), "Fig. 5: visible surface and Mem-Lat"),
-        Target("fig6", ("fig4_theta",), "Fig. 6: recoverability of archived units"),
-        Target("table5", (), "Table 5: dataset statistics"),
-        Target("table8", (AUDIT,), "Table 8: validity and harm of accepted ATC edits"),
-        Target("fig7", (AUDIT,), "Fig. 7: an Update case study"),
-        Target(MEMGPT_WINDOW, (MEMGPT_WINDOW,), "MemGPT's context window on LongMemEval-length haystacks"),
-    )
+def _read_registry(
+    path: Path = REGISTRY,
+) -> tuple[dict[str, Target], dict[str, tuple[str, ...]], dict[str, str]]:
+    """``allmem/report/targets.ini``: the targets in order, the aliases (name -> its target) and the groups
+    (name -> help), the groups' members in registry order."""
+    ini = configparser.ConfigParser(interpolation=None, default_section="\0")
+    ini.read_string(path.read_text(encoding="utf-8"), source=str(path))
+    targets: dict[str, Target] = {}
+    aliases: dict[str, tuple[str, ...]] = {}
+    groups: dict[str, str] = {}
+    for name in ini.sections():
+        sec = ini[name]
+        kind = sec.get("kind", "target")
+        if kind == "alias":
+            aliases[name] = (sec["of"],)
+        elif kind == "group":
+            groups[name] = sec.get("help", "")
+        elif kind == "target":
+            targets[name] = Target(
+                name, tuple(sec["experiments"].split()), sec["title"], sec.get("help", ""), sec.get("runs", ""),
+                sec.get("writes", ""), tuple(sec.get("in", "").split()),
+            )  # fmt: skip
+        else:
+            raise ValueError(f"{path}: [{name}]: unknown kind {kind!r} (target, alias or group)")
+    return targets, aliases, groups
+
+
+TARGETS, ALIASES, _GROUP_HELP = _read_registry()
+GROUPS: dict[str, tuple[str, ...]] = {
+    g: tuple(t for t in TARGETS if g in TARGETS[t].groups) for g in _GROUP_HELP
 }
-ALIASES = {"ablations": ("table4",)}
-GROUPS = {
-    "tables": ("table1", "table2", "retrieval", "table3", "table4", "ablations_hybrid", "table5", "table8"),
-    "figures": ("fig3", "fig4", "fig5", "fig6", "fig7"),
-    "paper": (
-        "table1",
-        "table2",
-        "retrieval",
-        "table3",
-        "table4",
-        "ablations_hybrid",
-        "fig3",
-        "fig4",
-        "fig5",
-        "fig6",
-        "table5",
-        "table8",
-        "fig7",
-    ),
-}
-# Experiments run in this order: table1 first, so the sweeps find its ingested banks; cheap ones before fig3.
+DOCS = "docs/REPRODUCE.md"  # its table of the targets, between these two lines, is written from the registry
+DOCS_BEGIN = "<!-- paper targets: written from allmem/report/targets.ini by `python -m allmem.report.targets --docs` -->"
+DOCS_END = "<!-- end of paper targets -->"
+
+
+def docs_table() -> str:
+    """docs/REPRODUCE.md's table of the targets: one row per target (its aliases beside it), then the groups."""
+    lines = ["| target | runs (experiment files) | writes |", "|---|---|---|"]
+    for t in TARGETS.values():
+        also = [a for a, of in ALIASES.items() if of == (t.name,)]
+        name = f"`{t.name}`" + "".join(f" (`{a}`)" for a in also)
+        lines.append(f"| {name} | {t.runs} | {t.writes} |")
+    groups = ", ".join(f"`{g}`" for g in GROUPS)
+    lines.append(f"| {groups} | the union (the groups: `allmem/report/targets.ini`) | all of the above, and "
+                 "`per_question.parquet` |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def docs_with_table(text: str) -> str:
+    """``text`` (docs/REPRODUCE.md) with the block between ``DOCS_BEGIN`` and ``DOCS_END`` written anew."""
+    head, rest = text.split(DOCS_BEGIN + "\n", 1)
+    _, tail = rest.split(DOCS_END, 1)
+    return f"{head}{DOCS_BEGIN}\n{docs_table()}\n{DOCS_END}{tail}"
+
+
+# Experiments run in this order: table1 first, so the sweeps find its ingested banks; cheap ones before fig3. An
+# experiment not named here (a new target's) runs after these, in name order.
 ORDER = ("table1", AUDIT, *STAGE1_VARIANTS, "ablations", "ablations_hybrid", "fig4_theta", "fig4_dsigma", "fig3",
          "fig3_anchors", "fig5", "retention", "equal_context", MEMGPT_WINDOW)  # fmt: skip
 
@@ -373,3 +397,13 @@ def collect(
     }
     hashes.save()
     return found
+
+
+if __name__ == "__main__":  # python -m allmem.report.targets --docs: rewrite docs/REPRODUCE.md's table
+    import sys
+
+    if sys.argv[1:] != ["--docs"]:
+        raise SystemExit("usage: python -m allmem.report.targets --docs  (run in the checkout)")
+    doc = Path(DOCS)
+    doc.write_text(docs_with_table(doc.read_text(encoding="utf-8")), encoding="utf-8")
+    print(f"[allmem] {doc}: the table of paper targets written from {REGISTRY.name}")

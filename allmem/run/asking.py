@@ -5,7 +5,7 @@ the end of the session that holds its last evidence turn, or at the stream's end
 evidence. ``both`` asks each question at both points: two records, keyed by (question id, ask point).
 
 Every record also says how far the stream had gone past the question's last evidence turn when it was asked
-(``since``: turns and sessions streamed after it), which the retention view bins (``allmem.report.retention``).
+(``since``: turns and sessions streamed after it), which the retention view bins (``allmem.report.tables.retention``).
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ SAME_RESULT_IGNORES: tuple[str, ...] = (
     "*latency*", "*_ms", "*_ms_*", "*_s", "*_s_*",  # timings: latency_ms, write_describe_ms, wall_s, ingest_s
     "cached", "spent_tokens_*",  # a cached reply and what it spared (the cache state on this machine)
     "bank_cache", "reused",  # a bank loaded from the bank cache, and the ATC events that came with it
+    "embedding_cache",  # how many of a dialogue's texts the embedding store already held
     "attempt", "attempts", "retries",  # how many tries it took
     "cost_all_attempts",  # what every try spent, work an interrupted attempt left unfinished included
     "*_at", "pid", "argv",  # when and by which process

@@ -286,12 +286,13 @@ def _init(cfg_data: dict[str, Any]) -> None:
 
 def _work(task: _Task) -> _Outcome:
     """One dialogue in a worker: its own services writing into the part folder, then ``answer_dialogue``."""
+    from allmem.build import build_embedder
     from allmem.llm.client import CircuitOpen
     from allmem.run import pipeline
 
     cfg = _STATE["cfg"]
     if "embedder" not in _STATE:
-        _STATE["embedder"] = pipeline.build_embedder(cfg)
+        _STATE["embedder"] = build_embedder(cfg)
     if "protocol" not in _STATE:
         from hydra.utils import instantiate
 

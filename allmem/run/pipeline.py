@@ -1,5 +1,6 @@
-"""The per-dialogue pipeline: build a run's components, stream a dialogue into its memory system, ask its questions
-(retrieve → pack → generate → judge), write one prediction line each; and seal a finished run directory.
+"""The per-dialogue pipeline: build a run's components (from ``allmem.build``), stream a dialogue into its memory
+system, ask its questions (retrieve → pack → generate → judge), write one prediction line each; and seal a
+finished run directory.
 
 The runner (``allmem.run.runner``) runs it in process, the workers (``allmem.run.parallel``) in theirs, and the
 last shard to finish (``allmem.run.shards``) seals with it. The runner imports parallel and shards; they import
@@ -8,7 +9,6 @@ this module, never the runner, so the run package has no import circle (tests/te
 
 from __future__ import annotations
 
-import inspect
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -17,13 +17,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from hydra.utils import get_object
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from allmem import files
 from allmem.budget import Filling, pack
-from allmem.errors import ConfigError
+from allmem.build import build, build_embedder, build_run_llm, checked
 from allmem.metrics import dataset_for, score_records
 from allmem.metrics.judge import invalid_warning
 from allmem.metrics.protocols import Protocol
@@ -38,30 +37,6 @@ log = logging.getLogger("allmem.run")
 
 # Ranked (turn) ids kept per question: at least this many, and more until they span max(ks) sessions.
 MAX_RANKED_IDS = 100
-
-
-def build(node: DictConfig, **available: Any) -> Any:
-    """Instantiate ``node._target_`` passing only the shared services its constructor accepts.
-
-    Every buildable object declares what it needs by its signature (``embedder``, ``llm``, ``resources``), so
-    configs stay plain data and no second registry is needed.
-    """
-    params = files.plain(node)
-    target = params.pop("_target_")
-    params.pop("name", None)
-    factory = get_object(target) if "." in target else None
-    if factory is None:
-        raise ValueError(f"config node has no importable _target_: {target!r}")
-    accepted = inspect.signature(factory).parameters
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
-    unknown = sorted(k for k in params if not takes_any and k not in accepted)
-    if unknown:
-        known = ", ".join(k for k in accepted if k not in available and k != "self")
-        raise ConfigError(f"{target}: unknown argument(s) {', '.join(unknown)}; it takes: {known}")
-    for key, value in available.items():
-        if (takes_any or key in accepted) and params.get(key) is None:
-            params[key] = value
-    return factory(**params)
 
 
 def ingest(
@@ -241,10 +216,22 @@ def answer_dialogue(
             before[phase] = before.get(phase, 0) + n - snap.get(phase, 0)
 
     ask_at = {s: (lambda b=batch: ask(b)) for s, batch in by_session.items()}
+    looked_up = _embed_counts(svc.embedder)
     with ledger_scope(svc.llm, dialogue_id=dialogue.id):
         timing = ingest(svc.system, dialogue, bool(cfg.run.progress), ask_at)
-    stats_out.write({"dialogue_id": dialogue.id, "attempt": attempt, **timing, **svc.system.stats()})
+    stats_out.write({
+        "dialogue_id": dialogue.id, "attempt": attempt, **timing, **svc.system.stats(),
+        "embedding_cache": _embed_counts(svc.embedder, since=looked_up),
+    })  # fmt: skip
     ask([a for a in asks if a.session is None])
+
+
+def _embed_counts(embedder: Any, since: dict[str, int] | None = None) -> dict[str, int]:
+    """Texts the embedder was asked for and texts its model computed (the rest came from its store), since
+    ``since``: how much of a dialogue's embedding the shared store spared (cache state, never compared)."""
+    hits, misses = int(getattr(embedder, "hits", 0)), int(getattr(embedder, "misses", 0))
+    start = since or {"texts": 0, "embedded": 0}
+    return {"texts": hits + misses - start["texts"], "embedded": misses - start["embedded"]}
 
 
 def failed_record(question: Question, error: str, attempt: int) -> Prediction:
@@ -270,20 +257,6 @@ def _new_failures(ledger: Any, before: dict[str, int]) -> str | None:
     )
 
 
-def built(group: str, make: Callable[[], Any]) -> Any:
-    """Build one component; a bad argument or value is a config error naming the group, not a traceback."""
-    try:
-        return make()
-    except ConfigError as exc:
-        raise ConfigError(f"{group}: {exc}") from exc
-    except (TypeError, ValueError) as exc:
-        from benchmarks.errors import DatasetError
-
-        if isinstance(exc, DatasetError):
-            raise
-        raise ConfigError(f"{group}: {exc}") from exc
-
-
 class Services:
     """The components a run uses, built before its directory exists (building checks their arguments)."""
 
@@ -303,26 +276,15 @@ class Services:
         built (a worker process keeps one for all its dialogues)."""
         if embedder is None:
             embedder = build_embedder(cfg)
-        llm = built("llm", lambda: _build_llm(cfg, run_dir))
+        llm = build_run_llm(cfg, run_dir)
         resources = Resources(embedder=embedder, llm=llm, run_dir=run_dir)
-        generator = built("generator", lambda: build(cfg.generator, embedder=embedder, llm=llm))
+        generator = checked("generator", lambda: build(cfg.generator, embedder=embedder, llm=llm))
         per_run = {  # a bank cache holds whole streams: off when a question is asked mid-stream
             "bank_cache": cfg.run.bank_cache if cfg.protocol.get("ask", "end") == "end" else None,
             "probe_queries": cfg.run.probe_queries,
         }  # to methods taking them
-        system = built("method", lambda: build(cfg.method, resources=resources, **per_run))
+        system = checked("method", lambda: build(cfg.method, resources=resources, **per_run))
         return cls(run_dir, llm, embedder, generator, system)
-
-
-def build_embedder(cfg: DictConfig) -> Any:
-    embedder_cache = cfg.embedder.get("cache_dir") or Path(cfg.paths.cache_dir) / "embeddings"
-    return built("embedder", lambda: build(cfg.embedder, cache_dir=embedder_cache))
-
-
-def _build_llm(cfg: DictConfig, run_dir: Path) -> Any:
-    from allmem.llm import build_llm
-
-    return build_llm(cfg.llm, run_dir=run_dir, cache_dir=Path(cfg.paths.cache_dir) / "llm")
 
 
 def ledger_scope(llm: Any, **scope: Any) -> Any:

@@ -28,7 +28,6 @@ import hashlib
 import json
 import re
 import sys
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -55,16 +54,13 @@ def grade_record(llm: Any, record: Mapping[str, Any], n_votes: int) -> dict[str,
     """The graded ``judge`` dict of one record: ``grade``, ``verdict`` (yes for correct, no for the others, so the
     4o-J column reads it strictly), the template and model, every vote and their agreement."""
     from allmem.llm.prompts import build_request
+    from allmem.metrics.judge import majority
 
     variables = {k: str(record.get(f, "")) for k, f in (("question", "question"), ("gold", "gold"),
                                                         ("response", "prediction"))}  # fmt: skip
     results = [llm.chat(build_request(GRADED_TEMPLATE, variables, sample=i)) for i in range(n_votes)]
     grades = [parse_grade(r) for r in results]
-    decided = Counter(g for g in grades if g != "invalid")
-    grade = "invalid"
-    if decided:
-        (top, n_top), *rest = decided.most_common()
-        grade = "invalid" if rest and rest[0][1] == n_top else top
+    grade = majority(grades) or "invalid"  # the judges' one vote rule; a tie or no decided vote: invalid
     out: dict[str, Any] = {
         "grade": grade,
         "verdict": "invalid" if grade == "invalid" else "yes" if grade == "correct" else "no",

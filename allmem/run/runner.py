@@ -25,10 +25,11 @@ from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from allmem import files
+from allmem.build import checked
 from allmem.errors import RunFailed
 from allmem.metrics.protocols import Protocol
 from allmem.run import asking, attempts, identity, parallel, preflight, shards
-from allmem.run.pipeline import Services, answer_dialogue, built, judge_fn, seal
+from allmem.run.pipeline import Services, answer_dialogue, judge_fn, seal
 from allmem.types import ASK_MODES, Dialogue
 from benchmarks import load_dataset
 
@@ -69,7 +70,7 @@ def run(cfg: DictConfig, overrides: list[str] | None = None) -> Path:
     parallel.workers(cfg)  # a bad run.workers is refused here
     dialogues = load_dataset(cfg.dataset)
     input_counts = preflight.check_data(dialogues, cfg)
-    protocol: Protocol = built("protocol", lambda: instantiate(cfg.protocol))
+    protocol: Protocol = checked("protocol", lambda: instantiate(cfg.protocol))
     # a shard writes into its own folder under its own lock (allmem.run.shards); a run into the run directory
     out_dir = run_dir if shard is None else shards.folder(run_dir, shard)
     mine = dialogues if shard is None else shards.select(dialogues, shard)

@@ -1,6 +1,6 @@
 """ATC: offline topology consolidation (paper, Algorithm 1; docs/METHOD.md).
 
-``build_consolidator(bank=, llm=, embedder=, cfg=<atc node>, run_dir=)`` returns the hook object ``AllMem``
+``build_consolidator(bank=, llm=, embedder=, cfg=<atc node>, run_dir=)`` returns the hook object ``AllMemSystem``
 drives; ``summary.summarise_run_dir`` turns a run's ``atc_events.jsonl`` into the Table 2/3 figures.
 Submodules: ``config`` (the atc node), ``roles`` (the diagnosis and planner prompts), ``drift`` + ``cues``
 (offline diagnoser), ``offline_roles``, ``gate`` (gating + Norm), ``executor`` (operators), ``consolidator``

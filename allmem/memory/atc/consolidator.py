@@ -1,6 +1,6 @@
 """The consolidator: trigger logic, parallel diagnosis, gating, serial execution, event logging.
 
-It is built per dialogue by ``AllMem`` (``build_consolidator``) and driven through four hooks. One run:
+It is built per dialogue by ``AllMemSystem`` (``build_consolidator``) and driven through four hooks. One run:
 diagnose every buffered unit in its local context (top-k visible neighbours plus its temporal predecessor) on
 a bounded thread pool, reading the bank only; gather results in buffer order; gate into three queues; execute
 Split -> Merge -> Update serially. Given the model outputs the run is deterministic, whatever the pool size.
@@ -155,9 +155,9 @@ class Consolidator:
         payload = self._payload(involved)
         roles = self._roles()
         if getattr(self.llm, "offline", False) and payload.embed is not None:
-            # The offline Split embeds each focal unit's sentences; one call for all of them batches sentences of
-            # equal length across units (a unit alone gives batches of one or two). Same vectors: a text's vector
-            # depends on the text alone (allmem/embed.py), and the diagnoses below find them in the memo.
+            # The offline Split embeds each focal unit's sentences; one call for all of them fills fixed-shape
+            # batches across units (a unit alone fills one pass with dummies). Same vectors: a text's vector
+            # depends on the text alone (allmem/embed_batch.py), and the diagnoses below find them in the memo.
             sents = [
                 s
                 for u in buffered
@@ -241,7 +241,7 @@ def build_consolidator(
     *,
     embed_format: str,
 ) -> Consolidator:
-    """The hook object ``AllMem`` drives (docs/METHOD.md, ATC). ``cfg`` is the ``atc:`` node; ``embed_format`` is
+    """The hook object ``AllMemSystem`` drives (docs/METHOD.md, ATC). ``cfg`` is the ``atc:`` node; ``embed_format`` is
     ``method.write.embed_format`` (re-embedded descriptors use the online write's layout)."""
     conf = cfg if isinstance(cfg, ATCConfig) else from_node(ATCConfig, cfg, ATCConfig.WHERE)
     if conf.enabled and llm is None:

@@ -17,9 +17,9 @@ from typing import Any
 
 from allmem import files
 from allmem.metrics.judge_sanity import KINDS, SANITY
-from allmem.report.cost import run_cost
 from allmem.report.runs import Run
 from allmem.report.tables import markdown
+from allmem.report.tables.cost import run_cost
 
 
 def _pct(x: float | None) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from allmem.metrics.retrieval import recall_key
 from allmem.report import stats
 from allmem.report.compare import fmt_ci_row
 from allmem.report.figures import pyplot
@@ -51,9 +52,9 @@ def metrics_of(run: Run) -> dict[str, str]:
     names = run.protocol.metric_names()
     k = run.protocol.table_k
     out = {"F1": "f1"} if "f1" in names else {}
-    for name in (f"R@{k}", f"recall_any@{k}"):
+    for name in (recall_key(k), f"recall_any@{k}"):
         if name in names:
-            out[f"R@{k}"] = name
+            out[recall_key(k)] = name
             break
     return out
 
@@ -118,7 +119,7 @@ def markdown_for(table: pd.DataFrame) -> str:
 def figure(table: pd.DataFrame, runs: Sequence[Run], out: Path, dataset: str) -> list[Path]:
     """Each metric against the sessions streamed since the evidence: a line per method and ask point, the
     bootstrap interval as error bars (PNG and PDF, with the runs' provenance)."""
-    from allmem.report.paper_figures import save
+    from allmem.report.figures.paper import save
 
     plt = pyplot()
     part = table[(table["dataset"] == dataset) & (table["distance"] == "sessions")]

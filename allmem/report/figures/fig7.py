@@ -145,7 +145,7 @@ def markdown(case: Case) -> str:
 
 def draw(case: Case, out: Path, runs: Sequence[Any], note: str) -> list[Path]:
     from allmem.report.figures import pyplot
-    from allmem.report.paper_figures import save
+    from allmem.report.figures.paper import save
 
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 6.2), gridspec_kw={"width_ratios": [1, 1.15]})

@@ -12,11 +12,11 @@ from typing import Any
 
 import pandas as pd
 
-from allmem.report.compare import by_dialogue, cell, compare, metric_title
+from allmem.report.compare import N_K, R_K, by_dialogue, cell, compare, metric_title
 from allmem.report.items import end_frame
 from allmem.report.runs import Run
-from allmem.report.table1 import REFERENCE, table_metrics
 from allmem.report.tables import markdown
+from allmem.report.tables.table1 import REFERENCE, table_metrics
 
 LABELS = {
     "allmem": "All-Mem (full)",
@@ -86,7 +86,7 @@ def markdown_for(table: pd.DataFrame, extra: pd.DataFrame, runs: Sequence[Run]) 
 
 # ------------------------------------------------------------------ the retrieval ablations of allmem_hybrid
 HYBRID_REFERENCE = "allmem_hybrid"
-HYBRID_METRICS = ("R@5", "N@5", "f1")
+HYBRID_METRICS = (R_K, N_K, "f1")
 HYBRID_LABELS = {
     "allmem_hybrid": "allmem_hybrid (every signal)",
     "allmem_hybrid_nolex": "w/o lexical channel (dense only)",

@@ -19,13 +19,13 @@ import numpy as np
 import pandas as pd
 
 from allmem import files
-from allmem.report.ablations import STAGES, search_ms, surface_share
-from allmem.report.atc import pooled_recoverability
-from allmem.report.compare import compare
+from allmem.report.compare import R_K, compare, metric_title
 from allmem.report.figures import pyplot
 from allmem.report.items import end_frame
 from allmem.report.provenance import DATASET_TITLES, caption, write_figure_runs
 from allmem.report.runs import Run
+from allmem.report.tables.ablations import STAGES, search_ms, surface_share
+from allmem.report.tables.atc import pooled_recoverability
 
 STAGE_LABELS = {"embed": "query embedding", "stage1": "Stage 1 anchors", "stage2": "Stage 2 expansion",
                 "stage3": "Stage 3 re-rank"}  # fmt: skip
@@ -94,13 +94,13 @@ def fig3(
 ) -> tuple[list[Path], pd.DataFrame]:
     plt = pyplot()
     allr = [*sweep, *anchors, *methods]
-    ci = _intervals(allr, ["f1", "R@5"])
+    ci = _intervals(allr, ["f1", R_K])
     x = [generator_tokens(r) for r in allr]
     kinds = ["K x L sweep"] * len(sweep) + ["k sweep"] * len(anchors) + ["method"] * len(methods)
     data = _points(allr, ci, x, kinds).rename(columns={"x": "generator_tokens"})
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
     n_sweep, n_anchor = len(sweep), len(anchors)
-    for ax, metric, title in zip(axes, ("f1", "R@5"), ("F1", "R@5"), strict=True):
+    for ax, metric, title in zip(axes, ("f1", R_K), (metric_title("f1"), R_K), strict=True):
         rows = ci[ci["metric"] == metric].set_index("run")
         labels = []  # (x, y, text, colour): placed apart at the end, with a leader line where moved
         by_l: dict[int, list[int]] = {}
@@ -162,7 +162,7 @@ def fig4(
     ):  # fmt: skip
         runs = sorted(runs, key=lambda r: float(r.value(key)))
         xs = [float(r.value(key)) for r in runs]
-        ci = _intervals(runs, ["f1", "R@5"]) if runs else pd.DataFrame()
+        ci = _intervals(runs, ["f1", R_K]) if runs else pd.DataFrame()
         if runs:
             part = _points(runs, ci, xs, [key] * len(runs)).rename(columns={"x": "value", "kind": "swept"})
             data.append(
@@ -172,7 +172,7 @@ def fig4(
             )
         panels = [
             ("F1 (%, 95% CI)", "f1"),
-            ("R@5 (%, 95% CI)", "R@5"),
+            (f"{R_K} (%, 95% CI)", R_K),
             ("visible units at end (% of turns N)", [surface_share(r) for r in runs]),
             ("Stages 1-3 time per query (ms)", [search_ms(r) for r in runs]),
         ]

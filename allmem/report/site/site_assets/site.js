@@ -115,7 +115,7 @@ function init() {
   for (const s of ["view", "tcat"]) $(s).addEventListener("change", drawTable);
   for (const s of ["emethod", "ecat", "ecorrect", "ehit"]) $(s).addEventListener("change", drawExplorer);
   for (const s of ["ca", "cb"]) $(s).addEventListener("change", drawCompare);
-  // only figures drawn from the runs on this page (allmem/report/site.py), each captioned with its runs
+  // only figures drawn from the runs on this page (allmem/report/site/), each captioned with its runs
   for (const f of D.figures) { const fig = el("figure"); const img = el("img"); img.src = f.src; img.alt = f.src; fig.appendChild(img); fig.appendChild(el("figcaption", `drawn from ${f.runs.join(", ")}`)); $("figs").appendChild(fig); }
   if (!D.figures.length) $("figs").textContent = "none: no figure was drawn from these runs";
   drawTable(); drawExplorer(); drawCompare();

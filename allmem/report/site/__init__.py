@@ -1,7 +1,7 @@
 """``allmem report site``: a static site of the results that opens from file:// (no server, no network).
 
 It reads complete run directories only (``allmem.report.runs`` over ``allmem.files``' safe loaders) and writes
-``index.html``, the assets in ``allmem/report/site_assets``, ``index.js`` (what the first page needs: the main
+``index.html``, the assets in ``allmem/report/site/site_assets``, ``index.js`` (what the first page needs: the main
 table's cells, and per question of each run its shared row and verdicts, as one JSON value loaded as a <script>)
 and ``chunks/`` (per run, its answers, the details of each dialogue's questions and each question's packed
 context, which ``site.js`` loads by adding a <script> when the comparison lists two runs or a question is opened:

@@ -19,10 +19,11 @@ from typing import Any
 import pandas as pd
 
 from allmem import files
+from allmem.metrics.retrieval import ndcg_key, recall_key
 from allmem.report.compare import compare, fmt_ci, fmt_delta, metric_title
 from allmem.report.figures import pyplot
+from allmem.report.figures.paper import save
 from allmem.report.items import item_frame
-from allmem.report.paper_figures import save
 from allmem.report.runs import Run
 from allmem.report.tables import markdown
 
@@ -92,7 +93,7 @@ def compute(runs: Sequence[Run]) -> pd.DataFrame:
     difference from the smallest window."""
     runs = sorted(runs, key=window_of)
     k = runs[0].protocol.table_k
-    metrics = [m for m in ("f1", f"R@{k}", f"N@{k}") if m in runs[0].protocol.metric_names()]
+    metrics = [m for m in ("f1", recall_key(k), ndcg_key(k)) if m in runs[0].protocol.metric_names()]
     frames = {str(window_of(r)): item_frame(r) for r in runs}
     scores = compare(frames, metrics, str(window_of(runs[0])), by_group=False, tests=True)
     rows = []

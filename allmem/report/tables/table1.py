@@ -12,13 +12,14 @@ from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 from allmem.defaults import CONFIG_DIR
-from allmem.report import stats, views
-from allmem.report.compare import OVERALL, by_dialogue, cell, compare
+from allmem.metrics.protocols import get_protocol
+from allmem.report import stats
+from allmem.report.compare import N_K, OVERALL, R_K, by_dialogue, cell, compare
 from allmem.report.compare import metric_title as compare_title
 from allmem.report.items import end_frame
 from allmem.report.provenance import DATASET_TITLES
 from allmem.report.runs import Run
-from allmem.report.tables import markdown
+from allmem.report.tables import markdown, views
 from benchmarks import fit_split
 
 REFERENCE = "allmem"  # All-Mem with consolidation: the row every other method is tested against
@@ -37,7 +38,7 @@ def table_metrics(runs: Sequence[Run]) -> list[str]:
         names = run.metrics.get("table_metrics")
         if names:
             return list(names)
-    return ["judge", "f1", "bleu1", "rougeL", "R@5", "N@5"]
+    return get_protocol("allmem").table_metrics()
 
 
 def row_name(run: Run, experiment: str = "table1") -> str:
@@ -163,7 +164,7 @@ def markdown_for(table: pd.DataFrame, runs: Sequence[Run], dataset: str) -> str:
     out = [f"## {title}: {n_q} questions"]
     if dataset == "longmemeval_s":
         out.append(
-            "R@5 and N@5 are session-level (evidence = answer sessions), so not comparable to LoCoMo's."
+            f"{R_K} and {N_K} are session-level (evidence = answer sessions), so not comparable to LoCoMo's."
         )
     header = ["Method", *[metric_title(m) for m in metrics], "Context tokens", "n"]
     rows = []
@@ -189,7 +190,7 @@ def markdown_for(table: pd.DataFrame, runs: Sequence[Run], dataset: str) -> str:
     groups = sorted((g for g in dict.fromkeys(all_rows["group"]) if g != OVERALL), key=_natural)
     if groups:
         kind = "category" if dataset == "locomo" else "question type"
-        for metric in [m for m in metrics if m in ("judge", "f1", "R@5", "N@5")]:
+        for metric in [m for m in metrics if m in ("judge", "f1", R_K, N_K)]:
             if all(cell(all_rows, lab, metric) == "n/a" for lab in labels):
                 continue
             names = [f"{g} {LOCOMO_CATEGORIES[g]}" if dataset == "locomo" and g in LOCOMO_CATEGORIES else g
@@ -216,11 +217,11 @@ def markdown_for(table: pd.DataFrame, runs: Sequence[Run], dataset: str) -> str:
         if not n:
             continue
         out.append(f"### {subset.capitalize()}: {what}")
-        rows = [[label, *[cell(part, label, m) for m in metrics], *[cell(part, label, m, what="delta") for m in ("f1", "R@5")]]
+        rows = [[label, *[cell(part, label, m) for m in metrics], *[cell(part, label, m, what="delta") for m in ("f1", R_K)]]
                 for label in labels]  # fmt: skip
         out.append(
             markdown(
-                ["Method", *[metric_title(m) for m in metrics], "ΔF1 vs All-Mem", "ΔR@5 vs All-Mem"], rows
+                ["Method", *[metric_title(m) for m in metrics], "ΔF1 vs All-Mem", f"Δ{R_K} vs All-Mem"], rows
             )
         )
         out.append(f"({n} questions.)")

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from allmem import files
-from allmem.report.atc import pooled_recoverability
 from allmem.report.provenance import write_figure_runs
 from allmem.report.tables import Run
+from allmem.report.tables.atc import pooled_recoverability
 
 
 def pyplot():

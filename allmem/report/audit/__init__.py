@@ -6,8 +6,8 @@ before and after, ``allmem/memory/atc/events.py``). Edits are sampled per operat
 
 - ``GroundTruth``: the synthetic drift corpus (``benchmarks/synthetic_drift.py``), where every planted drift and
   look-alike is known: valid from ``edit_is_valid``, harmful from ``harm_of`` (the corpus's fact keys);
-- the human sheet (``allmem/report/audit_sheet.py``): an export to fill in, and its import;
-- the LLM judge (``allmem/report/audit_judge.py``): a versioned template per operator.
+- the human sheet (``allmem/report/audit/sheet.py``): an export to fill in, and its import;
+- the LLM judge (``allmem/report/audit/judge.py``): a versioned template per operator.
 
 The paper's definitions: Split is valid when it separates genuinely conflated evidence, Merge when its units are
 factually redundant, Update when it archives a genuinely superseded state and keeps the current one; an edit is

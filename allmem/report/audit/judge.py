@@ -7,14 +7,14 @@ with ``llm.dry_run=true`` no model is called and the calls are booked with estim
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from allmem.llm.prompts import build_request
+from allmem.metrics.judge import majority
 from allmem.report.audit import Edit, Label
-from allmem.report.audit_sheet import unit_text
+from allmem.report.audit.sheet import unit_text
 
 
 def variables(edit: Edit) -> dict[str, str]:
@@ -25,13 +25,6 @@ def variables(edit: Edit) -> dict[str, str]:
         "after": "\n".join(unit_text(u) for u in ev.get("after", [])),
         "links": links,
     }
-
-
-def _majority(votes: Sequence[bool | None]) -> bool | None:
-    counts = Counter(v for v in votes if v is not None)
-    if not counts or counts[True] == counts[False]:
-        return None
-    return counts[True] > counts[False]
 
 
 class Judge:
@@ -60,8 +53,8 @@ class Judge:
                 out.append(Label(None, None, reason="dry run: no model was called"))
                 continue
             data = [r.data if r.error is None and isinstance(r.data, Mapping) else None for r in results]
-            valid = _majority([d.get("valid") if d else None for d in data])
-            harmful = _majority([d.get("harmful") if d else None for d in data])
+            valid = majority([d.get("valid") if d else None for d in data], undecided=(None,))
+            harmful = majority([d.get("harmful") if d else None for d in data], undecided=(None,))
             reason = next(
                 (str(d.get("reason", "")) for d in data if d), results[0].error or "no usable reply"
             )

@@ -14,15 +14,15 @@ from typing import Any
 import pandas as pd
 
 from allmem import files
-from allmem.report.compare import compare, fmt_ci, metric_title
+from allmem.report.compare import R_K, compare, fmt_ci, metric_title
 from allmem.report.figures import pyplot
+from allmem.report.figures.paper import generator_tokens, save
 from allmem.report.frame import config_columns
 from allmem.report.items import end_frame
-from allmem.report.paper_figures import generator_tokens, save
 from allmem.report.provenance import footer
 from allmem.report.runs import Run, check_same_code, find_runs
-from allmem.report.table1 import table_metrics
 from allmem.report.tables import markdown
+from allmem.report.tables.table1 import table_metrics
 
 
 def varying_keys(runs: list[Run]) -> list[str]:
@@ -76,7 +76,7 @@ def summarise_sweep(root: Path, out: Path) -> list[Path]:
     xkey = numeric[0] if len(keys) == 1 and numeric else "generator_tokens"
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, m in zip(axes, ("f1", "R@5"), strict=True):
+    for ax, m in zip(axes, ("f1", R_K), strict=True):
         if m not in table:
             continue
         t = table.sort_values(xkey)

@@ -2,7 +2,7 @@
 
 Offline it reports the drift corpus (its own ``atc_audit`` run, ``configs/dataset/synthetic_drift.yaml``) and exports the LoCoMo sheet (``results/audit/``, not committed); a filled
 sheet is imported into its own rows; a run made with a real LLM (``llm=openai``) is also judged by the LLM labeler
-(``allmem/report/audit_judge.py``). Definitions and labelers: ``allmem/report/audit.py``.
+(``allmem/report/audit/judge.py``). Definitions and labelers: ``allmem/report/audit/``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import pandas as pd
 
 from allmem import files
 from allmem.paths import DATASETS
-from allmem.report import audit, audit_sheet
+from allmem.report import audit
+from allmem.report.audit import sheet as audit_sheet
 from allmem.report.provenance import footer
 from allmem.report.runs import Run
 from allmem.report.targets import AUDIT, Point
@@ -92,7 +93,7 @@ def render(found: Found, tables: Path, figures: Path, lme: str | None, skipped: 
                 notes.append(f"{title}: {len(sampled)} sampled edits exported for labelling to {sheet} (and .html); "
                              "fill valid/harmful and run the target again to add them (not committed: LoCoMo text).")  # fmt: skip
             if not run.offline or run.value("llm.dry_run"):
-                from allmem.report import audit_judge
+                from allmem.report.audit import judge as audit_judge
 
                 ledger = tables.parent / "audit" / f"judge_{ds}"
                 judge = audit_judge.Judge.for_run(run, ledger)

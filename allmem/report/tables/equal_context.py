@@ -23,9 +23,9 @@ from allmem.report import stats
 from allmem.report.compare import fmt_ci_row
 from allmem.report.figures import pyplot
 from allmem.report.items import KEYS, item_frame
-from allmem.report.retention import metrics_of
 from allmem.report.runs import Run
 from allmem.report.tables import markdown
+from allmem.report.tables.retention import metrics_of
 from allmem.types import record_key
 
 COLUMNS = ["label", "dataset", "size", "n", "tokens", "full", "metric", "mean", "low", "high"]
@@ -84,7 +84,7 @@ def markdown_for(table: pd.DataFrame) -> str:
 def figure(table: pd.DataFrame, runs: Sequence[Run], out: Path, dataset: str) -> list[Path]:
     """Each metric against the mean packed tokens: a line per method through its sizes, the bootstrap interval
     as error bars (PNG and PDF, with the runs' provenance)."""
-    from allmem.report.paper_figures import save
+    from allmem.report.figures.paper import save
 
     plt = pyplot()
     part = table[table["dataset"] == dataset]
