@@ -73,11 +73,23 @@ def _protocol(node: DictConfig, tmp: Path) -> None:
 
 
 def _llm(node: DictConfig, tmp: Path) -> None:
-    assert callable(build_llm(node, run_dir=tmp, cache_dir=tmp / "llm").chat)
+    llm = build_llm(node, run_dir=tmp, cache_dir=tmp / "llm")
+    # the backend of the option's class, with the option's own backend name, model and settings
+    assert type(llm.backend) is get_class(node._target_)
+    desc = llm.describe()
+    assert (desc["backend"], desc["model"]) == (node.get("label") or node.backend, node.model)
+    assert desc["temperature"] == node.temperature and desc["dry_run"] is bool(node.get("dry_run", False))
+    assert llm.max_concurrency == node.max_concurrency and desc["cache"]["enabled"] is bool(node.cache.enabled)
 
 
 def _generator(node: DictConfig, tmp: Path) -> None:
-    assert callable(build(node, embedder=HashEmbedder(), llm=_offline_llm(tmp)).answer)
+    generator = build(node, embedder=HashEmbedder(), llm=_offline_llm(tmp))
+    assert type(generator) is get_class(node._target_)
+    # every setting the option names reached the object (nested nodes are built objects of their own)
+    plain = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if not isinstance(v, dict)}
+    for key, value in plain.items():
+        if key not in ("_target_", "name"):
+            assert getattr(generator, key) == value, key
 
 
 def _paths(node: DictConfig, tmp: Path) -> None:
