@@ -79,7 +79,8 @@ def _llm(node: DictConfig, tmp: Path) -> None:
     desc = llm.describe()
     assert (desc["backend"], desc["model"]) == (node.get("label") or node.backend, node.model)
     assert desc["temperature"] == node.temperature and desc["dry_run"] is bool(node.get("dry_run", False))
-    assert llm.max_concurrency == node.max_concurrency and desc["cache"]["enabled"] is bool(node.cache.enabled)
+    assert llm.max_concurrency == node.max_concurrency
+    assert desc["cache"]["enabled"] is bool(node.cache.enabled)
 
 
 def _generator(node: DictConfig, tmp: Path) -> None:
