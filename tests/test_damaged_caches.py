@@ -1,5 +1,5 @@
-"""Issue 17, item 7 (corrupt caches) and item 10 (bank-cache folders and orphans), through the real CLI where that is
-how a user meets them: a damaged cache costs time (it is rebuilt, with a warning naming the file), never a run,
+"""Damaged caches and bank-cache folders (permissions, orphans), through the real CLI where that is how a user meets
+them: a damaged cache costs time (it is rebuilt, with a warning naming the file), never a run,
 and is never used silently. The LLM response cache has its own tests (item 7's other half)."""
 
 from __future__ import annotations

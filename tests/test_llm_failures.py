@@ -1,4 +1,4 @@
-"""Issue 17, the LLM layer: a 200 without an answer is a failed call, undecodable replies are retried or fail the
+"""How the LLM layer fails: a 200 without an answer is a failed call, undecodable replies are retried or fail the
 question, every try and every call has a wall-clock limit, Retry-After dates count, pacing waits are announced,
 bad pacing settings and damaged response caches stop the run in one line naming the field or the file.
 The endpoint is a local stub (tests/llm_stub.py) speaking HTTP on 127.0.0.1; nothing else is reached.
