@@ -1,6 +1,6 @@
 """Damaged caches and bank-cache folders (permissions, orphans), through the real CLI where that is how a user meets
 them: a damaged cache costs time (it is rebuilt, with a warning naming the file), never a run,
-and is never used silently. The LLM response cache has its own tests (item 7's other half)."""
+and is never used silently. The LLM response cache has its own (tests/test_llm_failures.py)."""
 
 from __future__ import annotations
 
