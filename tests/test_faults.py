@@ -22,6 +22,7 @@ from allmem.llm.ledger import price_run
 from allmem.run import files
 from tests.faultkit import FIXTURES, REPO, allmem_run, common, done_dir, env, popen_run, run_dirs
 from tests.llm_stub import StubLLM
+from tests.runkit import compose
 
 TINY = FIXTURES / "locomo_tiny.json"
 N_TINY = sum(len(s["qa"]) for s in json.loads(TINY.read_text()))
@@ -404,7 +405,6 @@ def test_run_files_honour_the_umask(tmp_path):
 
 
 def test_results_and_caches_resolve_against_the_repository_not_the_current_directory(tmp_path, monkeypatch):
-    from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
     import allmem.paths  # noqa: F401 - registers the resolver, as the CLI does
@@ -412,8 +412,7 @@ def test_results_and_caches_resolve_against_the_repository_not_the_current_direc
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ALLMEM_CACHE", raising=False)
     monkeypatch.delenv("ALLMEM_RESULTS", raising=False)  # the suite points it at a temporary folder
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        cfg = compose(config_name="config", return_hydra_config=True)
+    cfg = compose(hydra=True)
     assert OmegaConf.select(cfg, "run.root") == str(REPO / "results" / "runs")
     assert OmegaConf.select(cfg, "paths.cache_dir") == str(REPO / ".cache")
     assert str(OmegaConf.select(cfg, "hydra.run.dir")).startswith(str(REPO / "results" / ".hydra"))

@@ -7,14 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from allmem.report.wandb_log import flat_metrics
 from allmem.run import files
 from allmem.run.runner import run
 from tests.faultkit import FIXTURES, allmem_run, done_dir, env, run_dirs
-
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+from tests.runkit import compose, in_folder
 
 
 def test_a_wandb_failure_after_sealing_leaves_a_complete_run(tmp_path: Path) -> None:
@@ -64,10 +62,8 @@ def test_wandb_offline_logs_the_sealed_run_once(tmp_path: Path) -> None:
 
 @pytest.mark.slow  # the real embedding model
 def test_disabled_by_default_writes_nothing(tmp_path, cache_dir, fixtures_dir):
-    overrides = ["method=bm25", f"dataset.path={fixtures_dir / 'locomo_tiny.json'}", f"run.root={tmp_path}",
-                 f"paths.cache_dir={cache_dir}", "run.progress=false"]  # fmt: skip
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides)
+    cfg = compose("method=bm25", f"dataset.path={fixtures_dir / 'locomo_tiny.json'}", *in_folder(tmp_path, cache_dir),
+                  "run.progress=false")  # fmt: skip
     assert cfg.wandb.enabled is False
     run_dir = run(cfg)
     assert not (run_dir / "wandb").exists()

@@ -7,15 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from allmem.report import paper, targets
 from allmem.report.retention import compute
 from allmem.report.runs import load_run
 from allmem.run import files
-from allmem.run.runner import run
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.runkit import compose_and_run
 
 # tests/fixtures/synthetic_drift_tiny.json (seed 1, 3 sessions): sessions of 26, 35 and 25 turns; the 8 questions'
 # evidence (each speaker's latest state) is D2:14, D2:8, D2:28, D2:24, D2:12, D3:6, D3:10, D2:30. Asked after the
@@ -36,12 +33,7 @@ BINS = {
 
 
 def _run(tmp: Path, dataset: str) -> Path:
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[
-            "+debug=default", f"dataset={dataset}", "+experiment=retention", "method=hybrid_rag",
-            f"run.root={tmp}", f"paths.cache_dir={tmp / 'cache'}",
-        ])  # fmt: skip
-    return run(cfg)
+    return compose_and_run(tmp, f"dataset={dataset}", "+experiment=retention", "method=hybrid_rag")
 
 
 @pytest.fixture(scope="module")
