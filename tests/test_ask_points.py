@@ -341,6 +341,7 @@ def test_paired_test_joins_on_the_ask_point():
     )  # the label's own mean: every record of the run
 
 
+@pytest.mark.slow  # worker processes (run.workers)
 def test_both_with_workers_and_shards_makes_the_single_process_run(tmp_path):
     from allmem.run import compare
     from tests.faultkit import allmem_run, done_dir

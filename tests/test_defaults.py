@@ -14,6 +14,7 @@ from allmem.run import preflight
 TINY = Path(__file__).resolve().parent / "fixtures" / "locomo_tiny.json"
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 @pytest.mark.parametrize(
     ("override", "new"),
     [

@@ -59,6 +59,7 @@ def _closed_port() -> int:
 # ------------------------------------------------------------------ 1. unreachable, broken or hung endpoints
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_closed_port_fails_in_seconds_before_anything_is_created(tmp_path):
     t0 = time.monotonic()
     res = allmem_run(tmp_path, *_openai(f"http://127.0.0.1:{_closed_port()}/v1"), environ=_keyed())
@@ -66,12 +67,14 @@ def test_closed_port_fails_in_seconds_before_anything_is_created(tmp_path):
     assert time.monotonic() - t0 < 60 and run_dirs(tmp_path) == []
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_a_base_url_that_is_no_url_is_named(tmp_path):
     res = allmem_run(tmp_path, *_openai("not-a-url"), environ=_keyed())
     _assert_one_line_error(res, "llm.base_url: 'not-a-url' is not an http(s) URL")
     assert run_dirs(tmp_path) == []
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_a_listener_that_never_answers_fails_at_the_probe(tmp_path):
     with socket.socket() as listener:  # the kernel accepts connections; nobody ever reads or writes
         listener.bind(("127.0.0.1", 0))
@@ -165,6 +168,7 @@ def test_failed_questions_are_recorded_not_sealed_and_a_rerun_retries_exactly_th
 # ------------------------------------------------------------------ 4. checked before anything is created
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_a_missing_key_fails_before_anything_is_created(tmp_path):
     stub = StubLLM().start()
     try:
@@ -175,6 +179,7 @@ def test_a_missing_key_fails_before_anything_is_created(tmp_path):
     assert run_dirs(tmp_path) == [] and stub.count == 0
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_a_key_pasted_into_api_key_env_is_refused_and_never_written(tmp_path):
     res = allmem_run(tmp_path, *_openai("http://127.0.0.1:9/v1"), f"llm.api_key_env={KEY}", environ=_keyed())
     _assert_one_line_error(res, "llm.api_key_env: must be the NAME of an environment variable")
@@ -183,6 +188,7 @@ def test_a_key_pasted_into_api_key_env_is_refused_and_never_written(tmp_path):
         assert not path.is_file() or KEY.encode() not in path.read_bytes(), path
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_replay_without_a_recorded_cache_fails_before_anything_is_created(tmp_path):
     base = ["method=allmem", f"dataset.path={TINY}", "llm=replay"]
     res = allmem_run(tmp_path, *base)
@@ -196,6 +202,7 @@ def test_replay_without_a_recorded_cache_fails_before_anything_is_created(tmp_pa
     assert run_dirs(tmp_path) == []
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 @pytest.mark.parametrize(
     ("override", "needle"),
     [
@@ -210,6 +217,7 @@ def test_bad_settings_fail_in_one_line_before_anything_is_created(tmp_path, over
     assert run_dirs(tmp_path) == []
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_a_traceback_only_when_asked_for(tmp_path):
     res = allmem_run(tmp_path, "method=bm25", f"dataset.path={TINY}", "budget.tokens=-5",
                      environ=env(HYDRA_FULL_ERROR="1"))  # fmt: skip
@@ -330,6 +338,7 @@ def _tiny_with(edit) -> list[dict]:
     return raw
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_a_lone_surrogate_is_rejected_by_the_loader_with_file_sample_and_field(tmp_path):
     raw = _tiny_with(lambda r: r[0]["conversation"]["session_1"][0].update(text="PLACEHOLDER"))
     bad = tmp_path / "surrogate.json"
@@ -355,6 +364,7 @@ def test_a_one_megabyte_turn_ingests(tmp_path):
     assert stats[0]["turns"] == 11
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_empty_inputs_are_errors_not_complete_runs(tmp_path):
     empty = tmp_path / "empty.json"
     empty.write_text("[]")

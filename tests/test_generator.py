@@ -145,6 +145,7 @@ def test_question_types_follow_longmemeval_s_proportions() -> None:
     assert counts == Counter(TYPE_COUNTS)
 
 
+@pytest.mark.slow  # the script in a subprocess
 def test_script_help_and_fraction(tmp_path: Path) -> None:
     script = REPO / "scripts" / "make_longmemeval.py"
     shown = subprocess.run(

@@ -81,6 +81,7 @@ def _console(proc: subprocess.CompletedProcess[str]) -> list[str]:
     return [line for line in proc.stderr.splitlines() if "CONSOLE" in line]
 
 
+@pytest.mark.slow  # headless Chromium
 def test_site_loads_without_errors_and_counts_match(tmp_path: Path) -> None:
     browser = _need_browser()
     index = write_site([_run(tmp_path, "a", 0, contexts=True), _run(tmp_path, "b", 1)], tmp_path / "site")
@@ -117,6 +118,7 @@ def test_site_loads_without_errors_and_counts_match(tmp_path: Path) -> None:
     assert "loading" not in opened.stdout  # every part arrived
 
 
+@pytest.mark.slow  # headless Chromium
 def test_site_long_lists_are_drawn_a_page_at_a_time(tmp_path: Path) -> None:
     """250 questions: the count is of all 250, the list draws 200 rows and offers the other 50."""
     browser = _need_browser()
@@ -233,6 +235,7 @@ def test_the_site_shows_only_figures_drawn_from_its_runs(tmp_path: Path) -> None
     assert _shown(write_site([], tmp_path / "empty", figs)) == []
 
 
+@pytest.mark.slow  # headless Chromium
 def test_the_debug_site_shows_no_paper_figure(tmp_path: Path) -> None:
     """The quickstart's site: two debug runs on the LoCoMo fixture beside the committed paper figures
     (results/figures, drawn from the full LoCoMo) and a figure drawn from the two runs: in headless Chromium the

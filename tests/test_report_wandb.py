@@ -15,6 +15,7 @@ from tests.faultkit import FIXTURES, allmem_run, done_dir, env, run_dirs
 from tests.runkit import compose, in_folder
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_a_wandb_failure_after_sealing_leaves_a_complete_run(tmp_path: Path) -> None:
     """W&B logs after ``DONE``: before, the runner logged first, so a W&B error (here an unknown mode) left the
     finished run unsealed (no ``DONE``) with a traceback."""
@@ -28,6 +29,7 @@ def test_a_wandb_failure_after_sealing_leaves_a_complete_run(tmp_path: Path) -> 
     assert (run_dir / files.DONE).read_text() == "complete\n"
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_wandb_offline_logs_the_sealed_run_once(tmp_path: Path) -> None:
     """``wandb.enabled=true`` (offline mode, no key) logs the run's config, metrics and figures from its files
     into ``<run dir>/wandb/``; rerunning the complete run does not log it again."""

@@ -23,6 +23,7 @@ from tests.llm_stub import StubLLM
 
 TINY = FIXTURES / "locomo_tiny.json"
 BASE = ("method=bm25", f"dataset.path={TINY}", "run.name=r")
+pytestmark = pytest.mark.slow  # every case runs the CLI in a subprocess
 
 
 def _one_line_error(res, *needles: str, rc: int = 1) -> str:

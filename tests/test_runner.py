@@ -73,6 +73,7 @@ def test_tiny_run_writes_the_contract_and_reruns_skip(tmp_path, cache_dir, fixtu
     assert (run_dir / files.PREDICTIONS).stat().st_mtime_ns == before
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_score_command_prints_the_metrics(tmp_path, cache_dir, fixtures_dir):
     tiny = fixtures_dir / "locomo_tiny.json"
     run_dir = run(compose("method=full_history", f"dataset.path={tiny}", *_common(tmp_path, cache_dir)))
