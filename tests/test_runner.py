@@ -73,15 +73,14 @@ def test_tiny_run_writes_the_contract_and_reruns_skip(tmp_path, cache_dir, fixtu
     assert (run_dir / files.PREDICTIONS).stat().st_mtime_ns == before
 
 
-@pytest.mark.slow  # the CLI in a subprocess
-def test_score_command_prints_the_metrics(tmp_path, cache_dir, fixtures_dir):
+def test_score_command_prints_the_metrics(tmp_path, cache_dir, fixtures_dir, capsys):
+    from allmem.cli import main
+
     tiny = fixtures_dir / "locomo_tiny.json"
     run_dir = run(compose("method=full_history", f"dataset.path={tiny}", *_common(tmp_path, cache_dir)))
-    out = subprocess.run(
-        [*ALLMEM, "score", str(run_dir / files.PREDICTIONS), "--protocol", "allmem"],
-        capture_output=True, text=True, check=True, cwd=REPO,
-    )  # fmt: skip
-    printed = json.loads(out.stdout)
+    capsys.readouterr()
+    assert main(["score", str(run_dir / files.PREDICTIONS), "--protocol", "allmem"]) == 0  # as `allmem score` does
+    printed = json.loads(capsys.readouterr().out)
     metrics = json.loads((run_dir / files.METRICS).read_text())
     assert printed == {k: metrics[k] for k in printed}
 
