@@ -15,6 +15,8 @@ from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 from omegaconf import DictConfig
 
+import allmem.paths  # noqa: F401 - registers allmem's resolvers (${allmem.searchpath:} ...), as the CLI does
+
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
 
