@@ -79,7 +79,8 @@ def test_score_command_prints_the_metrics(tmp_path, cache_dir, fixtures_dir, cap
     tiny = fixtures_dir / "locomo_tiny.json"
     run_dir = run(compose("method=full_history", f"dataset.path={tiny}", *_common(tmp_path, cache_dir)))
     capsys.readouterr()
-    assert main(["score", str(run_dir / files.PREDICTIONS), "--protocol", "allmem"]) == 0  # as `allmem score` does
+    # as `allmem score` does, without a second interpreter
+    assert main(["score", str(run_dir / files.PREDICTIONS), "--protocol", "allmem"]) == 0
     printed = json.loads(capsys.readouterr().out)
     metrics = json.loads((run_dir / files.METRICS).read_text())
     assert printed == {k: metrics[k] for k in printed}
