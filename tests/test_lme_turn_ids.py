@@ -35,10 +35,12 @@ def _run(tmp: Path, data: Path, *overrides: str) -> Path:
 
 def _check_turn_ids(run_dir: Path, data: Path) -> None:
     raw = {e["question_id"]: e for e in json.loads(data.read_text())}
+    assert (run_dir / files.DONE).exists() and (run_dir / files.METRICS).exists()  # sealed, scored
     records = files.read_jsonl(run_dir / files.PREDICTIONS)
     assert sorted(r["question_id"] for r in records) == sorted(raw)
     for r in records:
         e = raw[r["question_id"]]
+        assert r["gold"] == e["answer"]
         sizes = dict(zip(e["haystack_session_ids"], map(len, e["haystack_sessions"]), strict=True))
         turn_ids = {f"{sid}:{j}" for sid, n in sizes.items() for j in range(n)}
         has_answer = [
