@@ -110,7 +110,8 @@ _QUICK_PROGRAMS = {"git", "ldconfig", "ldconfig.real", "uname", "gcc", "cc", "ld
 
 @pytest.fixture(autouse=True)
 def _subprocesses_only_in_slow_tests(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    if request.node.get_closest_marker("slow"):
+    # slow tests may; so may the real-model tier (llm), which starts its model's server
+    if any(request.node.get_closest_marker(m) for m in ("slow", "llm")):
         return
     start = subprocess.Popen.__init__
 
