@@ -92,10 +92,15 @@ test-latest: ## The suite on the newest versions the ranges allow (throwaway ven
 	$(PY_SYS) scripts/lock.py diff $(LOCK) $(LATEST)/requirements.lock --show openai httpx2 httpx torch numpy transformers
 	$(MAKE) --no-print-directory test VENV=$(LATEST)/venv LOCK=$(LATEST)/requirements.lock
 
-test: $(STAMP) lint ## Lint, then run the whole test suite (offline; what CI runs)
+# The suite (tests/ and examples/; pyproject.toml's addopts leave out `llm`) in two tiers. `make test`: ruff, then
+# every test but the real-model tier (`llm`: make test-llm), the `slow` ones included; what CI runs, then test-llm.
+# `make test-fast`: no test marked `slow`, i.e. none that loads the real LoCoMo or the real embedding model, starts a
+# subprocess (the CLI, workers, a script, make, a browser) or takes over ~10 s; tests/conftest.py marks the users of
+# the real data and model and fails an unmarked test that loads the model or starts a subprocess.
+test: $(STAMP) lint ## Lint, then every test but the real-model tier (slow ones included; offline; what CI runs)
 	$(PY) -m pytest  # testpaths (pyproject.toml): tests/ and examples/
 
-test-fast: $(STAMP) ## The suite without the tests marked slow (real LoCoMo, real embedding model, over ~10 s)
+test-fast: $(STAMP) ## The suite without the slow tests (real LoCoMo or model, subprocesses, over ~10 s)
 	$(PY) -m pytest -m "not slow and not llm"
 
 # llm=local: llama.cpp's server with a real model (allmem/llm/local_server.py; configs/llm/local.yaml holds the

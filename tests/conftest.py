@@ -1,10 +1,13 @@
 """Shared fixtures and the suite's guards.
 
-- ``slow``: every test that loads the real embedding model or the real LoCoMo, and the few that take more than
-  about ten seconds (CLI runs in subprocesses, figures, the notebook). ``make test`` runs everything
-  (CI), ``make test-fast`` skips them. A test that asks for the ``locomo_path`` or ``embedder`` fixture is
-  marked here, so the marker cannot be forgotten; a test that is not marked and still loads the real model
-  fails and says so.
+- ``slow``: every test that loads the real embedding model or the real LoCoMo, starts a program in a subprocess
+  (the CLI, a script, make, a browser: each costs seconds of interpreter start and imports), or takes more than
+  about ten seconds (figures, the notebook). ``make test`` runs everything (CI), ``make test-fast`` skips them.
+  A test that asks for the ``locomo_path`` or ``embedder`` fixture is marked here, so the marker cannot be
+  forgotten; a test that is not marked and still loads the real model or starts such a subprocess fails and
+  says so.
+- Composing the config and running it in this process: ``tests/runkit.py`` (``compose``, ``compose_and_run``);
+  the real CLI in a subprocess: ``tests/faultkit.py`` (``allmem_run``).
 - No test writes into the checkout: caches (``ALLMEM_CACHE``), results and Hydra's logs (``ALLMEM_RESULTS``,
   read by ``configs/paths/default.yaml``) go to a temporary folder for the whole session, subprocesses
   included; Hypothesis keeps no example database; and a test that leaves a new file in the checkout fails,
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,6 +101,31 @@ def _real_model_only_in_slow_tests(request: pytest.FixtureRequest, monkeypatch: 
         )
 
     monkeypatch.setattr(Embedder, "_load", refuse)
+
+
+# Programs a test that is not marked slow may start: quick tools the code itself runs (allmem/run/attempts.py reads
+# the git commit of every run) or that libraries run to find a shared library.
+_QUICK_PROGRAMS = {"git", "ldconfig", "ldconfig.real", "uname", "gcc", "cc", "ld", "objdump"}
+
+
+@pytest.fixture(autouse=True)
+def _subprocesses_only_in_slow_tests(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    # slow tests may; so may the real-model tier (llm), which starts its model's server
+    if any(request.node.get_closest_marker(m) for m in ("slow", "llm")):
+        return
+    start = subprocess.Popen.__init__
+
+    def refuse(self: subprocess.Popen, args, *rest, **kwargs) -> None:  # noqa: ANN001 - as Popen's
+        argv = [args] if isinstance(args, str | bytes | os.PathLike) else list(args)
+        program = os.path.basename(os.fsdecode(argv[0])).split()[0] if argv else ""
+        if program not in _QUICK_PROGRAMS:
+            raise RuntimeError(
+                f"this test starts {program!r} in a subprocess (a program's start and imports cost seconds): "
+                "run it in this process (tests/runkit.py) or mark it @pytest.mark.slow"
+            )
+        start(self, args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
 
 
 @pytest.fixture(scope="session")

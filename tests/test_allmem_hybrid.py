@@ -7,7 +7,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from allmem.budget import context_line, pack
 from allmem.build import build
@@ -17,14 +16,13 @@ from allmem.memory.signals import in_periods, query_periods
 from allmem.systems import Resources
 from allmem.tokens import count_tokens
 from allmem.types import SessionInfo, Turn
+from tests.runkit import compose
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 T0 = datetime(2023, 5, 8, 13, 56)
 
 
 def _system(tmp_path: Path, method: str = "allmem_hybrid", *overrides: str):
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        cfg = compose("config", overrides=[f"method={method}", "atc.enabled=false", *overrides])
+    cfg = compose(f"method={method}", "atc.enabled=false", *overrides)
     llm = build_llm(cfg.llm, run_dir=tmp_path, cache_dir=tmp_path / "llm")
     return build(cfg.method, resources=Resources(embedder=HashEmbedder(), llm=llm, run_dir=tmp_path))
 

@@ -9,7 +9,6 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from allmem import files
 from allmem.metrics import score_records
@@ -19,6 +18,7 @@ from allmem.report.tables.retention import bin_label, compute
 from allmem.run import asking, identity, pipeline
 from allmem.run import runner as runner_mod
 from allmem.types import Dialogue, Question, Session, Turn
+from tests.runkit import compose, compose_and_run
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
@@ -59,11 +59,6 @@ def _write_fixture(path: Path) -> Path:
               "observation": {}, "session_summary": {}}  # fmt: skip
     path.write_text(json.dumps([sample]))
     return path
-
-
-def _cfg(overrides: list[str]):
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        return compose(config_name="config", overrides=overrides)
 
 
 def _overrides(tmp: Path, cache: Path, data: Path, method: str, ask: str) -> list[str]:
@@ -170,12 +165,12 @@ def test_every_method_asks_mid_stream_and_sees_nothing_later(method, tmp_path, c
 
         server, url = start(build_system("bm25"))
         try:
-            run_dir = runner_mod.run(_cfg([*overrides, f"method.url={url}"]), [])
+            run_dir = runner_mod.run(compose(*overrides, f"method.url={url}"), [])
         finally:
             server.shutdown()
             server.server_close()
     else:
-        run_dir = runner_mod.run(_cfg(overrides), [])
+        run_dir = runner_mod.run(compose(*overrides), [])
     records = files.read_jsonl(run_dir / files.PREDICTIONS)
     keys = [(r["question_id"], r["ask"]) for r in records]
     assert len(keys) == len(set(keys)) == 2 * len(QA)  # each question once at each point
@@ -199,7 +194,7 @@ def test_every_method_asks_mid_stream_and_sees_nothing_later(method, tmp_path, c
 
 def test_both_scores_and_resumes_by_key(tmp_path, cache_dir):
     data = _write_fixture(tmp_path / "ask.json")
-    cfg = _cfg(_overrides(tmp_path, cache_dir, data, "bm25", "both"))
+    cfg = compose(*_overrides(tmp_path, cache_dir, data, "bm25", "both"))
     run_dir = runner_mod.run(cfg, [])
     records = files.read_jsonl(run_dir / files.PREDICTIONS)
     metrics = json.loads((run_dir / files.METRICS).read_text())
@@ -236,11 +231,14 @@ def test_ask_end_keeps_the_identity_and_both_changes_it(tmp_path, cache_dir):
     base = _overrides(tmp_path, cache_dir, data, "bm25", "end")
     plain = [o for o in base if not o.startswith("protocol.ask")]
     digest = "0" * 64
-    h_end, h_plain = identity.config_hash(_cfg(base), digest), identity.config_hash(_cfg(plain), digest)
+    h_end, h_plain = (
+        identity.config_hash(compose(*base), digest),
+        identity.config_hash(compose(*plain), digest),
+    )
     assert h_end == h_plain
-    assert "ask" not in identity.identity(_cfg(plain))["protocol"]
+    assert "ask" not in identity.identity(compose(*plain))["protocol"]
     both = [o.replace("protocol.ask=end", "protocol.ask=both") for o in base]
-    assert identity.config_hash(_cfg(both), digest) != h_end
+    assert identity.config_hash(compose(*both), digest) != h_end
 
 
 def test_retention_bins_by_hand(tmp_path, cache_dir):
@@ -248,7 +246,7 @@ def test_retention_bins_by_hand(tmp_path, cache_dir):
         "0", "1-9", "1-9", "10-49", "10-49", "50+", "50+"
     ]  # fmt: skip
     data = _write_fixture(tmp_path / "ask.json")
-    run_dir = runner_mod.run(_cfg(_overrides(tmp_path, cache_dir, data, "bm25", "both")), [])
+    run_dir = runner_mod.run(compose(*_overrides(tmp_path, cache_dir, data, "bm25", "both")), [])
     run = load_run(run_dir)
     table = compute([run], ["bm25"])
     f1 = table[table["metric"] == "F1"].set_index(["ask", "distance", "bin"])
@@ -279,7 +277,7 @@ def test_judge_again_keeps_a_verdict_per_ask_point(tmp_path, cache_dir, monkeypa
 
     monkeypatch.setenv("ALLMEM_ASK_KEY", "sk-test")
     data = _write_fixture(tmp_path / "ask.json")
-    run_dir = runner_mod.run(_cfg(_overrides(tmp_path, cache_dir, data, "bm25", "both")), [])
+    run_dir = runner_mod.run(compose(*_overrides(tmp_path, cache_dir, data, "bm25", "both")), [])
     records = files.read_jsonl(run_dir / files.PREDICTIONS)
     folder = judge_run(run_dir, ["llm=openai", f"llm.base_url={stub.base_url}", "llm.api_key_env=ALLMEM_ASK_KEY",
                                  "llm.backoff_base_s=0.01", "llm.rpm=null", "llm.tpm=null"])  # fmt: skip
@@ -296,12 +294,11 @@ def test_judge_again_keeps_a_verdict_per_ask_point(tmp_path, cache_dir, monkeypa
 
 
 def test_longmemeval_is_binned_by_sessions_only(tmp_path, cache_dir):
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[
-            "+debug=default", "dataset=longmemeval_s", "method=bm25", "protocol.ask=both", f"run.root={tmp_path}",
-            f"paths.cache_dir={cache_dir}",
-        ])  # fmt: skip
-    run = load_run(runner_mod.run(cfg, []))
+    run = load_run(
+        compose_and_run(
+            tmp_path, "dataset=longmemeval_s", "method=bm25", "protocol.ask=both", cache=cache_dir
+        )
+    )
     table = compute([run])
     assert set(table["distance"]) == {"sessions"} and set(table["ask"]) == {"after_evidence", "end"}
     # after its evidence's session a question has 0 sessions since; n counts every question with evidence
@@ -312,7 +309,7 @@ def test_longmemeval_is_binned_by_sessions_only(tmp_path, cache_dir):
 
 def test_after_evidence_alone_asks_each_question_once(tmp_path, cache_dir):
     data = _write_fixture(tmp_path / "ask.json")
-    run_dir = runner_mod.run(_cfg(_overrides(tmp_path, cache_dir, data, "bm25", "after_evidence")), [])
+    run_dir = runner_mod.run(compose(*_overrides(tmp_path, cache_dir, data, "bm25", "after_evidence")), [])
     records = files.read_jsonl(run_dir / files.PREDICTIONS)
     # in ask order: q0 after session 1, q1 after session 2, q2 (no matched evidence) at the end
     assert [(r["question_id"][-1], r["ask"], r.get("since")) for r in records] == [
@@ -345,6 +342,7 @@ def test_paired_test_joins_on_the_ask_point():
     )  # the label's own mean: every record of the run
 
 
+@pytest.mark.slow  # worker processes (run.workers)
 def test_both_with_workers_and_shards_makes_the_single_process_run(tmp_path):
     from allmem.run import compare
     from tests.faultkit import allmem_run, done_dir

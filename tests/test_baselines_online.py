@@ -12,15 +12,13 @@ import re
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from allmem import files
 from allmem.llm.prompts import load_template
-from allmem.run.runner import run
 from tests.llm_stub import StubLLM
+from tests.runkit import compose_and_run
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIGS = REPO / "configs"
 KEY = "sk-baselines-stub-0000"
 
 TEMPLATES = {
@@ -87,11 +85,6 @@ class BaselineStub(StubLLM):
         return super().reply(prompt)
 
 
-def _run(overrides: list[str]) -> Path:
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        return run(compose(config_name="config", overrides=overrides))
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("method", sorted(TEMPLATES))
 def test_online_prompts_then_replay_makes_no_request(
@@ -102,11 +95,12 @@ def test_online_prompts_then_replay_makes_no_request(
     try:
         common = [
             f"method={method}", f"dataset.path={REPO / 'tests' / 'fixtures' / 'locomo_tiny.json'}",
-            f"paths.cache_dir={tmp_path / 'cache'}", f"embedder.cache_dir={cache_dir / 'embeddings'}",
+            f"embedder.cache_dir={cache_dir / 'embeddings'}",
             "run.progress=false", "run.judge=false", *EXTRA.get(method, []),
         ]  # fmt: skip
-        online = _run([*common, f"run.root={tmp_path / 'online'}", "llm=openai", f"llm.base_url={stub.base_url}",
-                       "llm.api_key_env=ALLMEM_STUB_KEY", "llm.rpm=null", "llm.tpm=null"])  # fmt: skip
+        online = compose_and_run(tmp_path / "online", *common, "llm=openai", f"llm.base_url={stub.base_url}",
+                                 "llm.api_key_env=ALLMEM_STUB_KEY", "llm.rpm=null", "llm.tpm=null", debug=False,
+                                 cache=tmp_path / "cache")  # fmt: skip
         calls = [json.loads(x) for x in (online / files.CALLS).read_text().splitlines()]
         used = {c["template"] for c in calls}
         assert TEMPLATES[method] <= used, f"{method} never sent {TEMPLATES[method] - used}"
@@ -118,7 +112,9 @@ def test_online_prompts_then_replay_makes_no_request(
         n_requests = stub.count
         assert n_requests == len(calls)
 
-        replay = _run([*common, f"run.root={tmp_path / 'replay'}", "llm=replay"])
+        replay = compose_and_run(
+            tmp_path / "replay", *common, "llm=replay", debug=False, cache=tmp_path / "cache"
+        )
         assert stub.count == n_requests  # nothing was sent
 
         def strip(rs: list[dict]) -> list[dict]:

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -26,6 +25,7 @@ from allmem.embed import HashEmbedder
 from allmem.llm import build_llm
 from allmem.run.runner import run
 from benchmarks import load_dataset
+from tests.runkit import compose, in_folder
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
@@ -45,13 +45,8 @@ EXAMPLE_CONFIGS = REPO / "examples" / "my_memory" / "configs"
 EXAMPLES = sorted(("method", p.stem) for p in (EXAMPLE_CONFIGS / "method").glob("*.yaml"))
 
 
-def _compose(overrides: list[str], hydra_node: bool = False) -> DictConfig:
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        return compose(config_name="config", overrides=overrides, return_hydra_config=hydra_node)
-
-
 def _offline_llm(tmp: Path) -> Any:
-    return build_llm(_compose([]).llm, run_dir=tmp, cache_dir=tmp / "llm")
+    return build_llm(compose().llm, run_dir=tmp, cache_dir=tmp / "llm")
 
 
 def _dataset(node: DictConfig, tmp: Path) -> None:
@@ -74,11 +69,24 @@ def _protocol(node: DictConfig, tmp: Path) -> None:
 
 
 def _llm(node: DictConfig, tmp: Path) -> None:
-    assert callable(build_llm(node, run_dir=tmp, cache_dir=tmp / "llm").chat)
+    llm = build_llm(node, run_dir=tmp, cache_dir=tmp / "llm")
+    # the backend of the option's class, with the option's own backend name, model and settings
+    assert type(llm.backend) is get_class(node._target_)
+    desc = llm.describe()
+    assert (desc["backend"], desc["model"]) == (node.get("label") or node.backend, node.model)
+    assert desc["temperature"] == node.temperature and desc["dry_run"] is bool(node.get("dry_run", False))
+    assert llm.max_concurrency == node.max_concurrency
+    assert desc["cache"]["enabled"] is bool(node.cache.enabled)
 
 
 def _generator(node: DictConfig, tmp: Path) -> None:
-    assert callable(build(node, embedder=HashEmbedder(), llm=_offline_llm(tmp)).answer)
+    generator = build(node, embedder=HashEmbedder(), llm=_offline_llm(tmp))
+    assert type(generator) is get_class(node._target_)
+    # every setting the option names reached the object (nested nodes are built objects of their own)
+    plain = {k: v for k, v in OmegaConf.to_container(node, resolve=True).items() if not isinstance(v, dict)}
+    for key, value in plain.items():
+        if key not in ("_target_", "name"):
+            assert getattr(generator, key) == value, key
 
 
 def _paths(node: DictConfig, tmp: Path) -> None:
@@ -116,14 +124,14 @@ def test_option_composes_builds_and_runs(
         else:
             _runs_end_to_end([override, *RUNS[group]], tmp_path)
     if group in OVERRIDE_GROUPS:
-        cfg = _compose([f"+{group}={option}"])
+        cfg = compose(f"+{group}={option}")
         _sets_what_it_says(CONFIGS / group / f"{option}.yaml", cfg)
         return
     if group.startswith("hydra/"):  # Hydra's own groups (launchers, sweepers): their plugin must import
-        node = OmegaConf.select(_compose([f"{group}={option}"], hydra_node=True), group.replace("/", "."))
+        node = OmegaConf.select(compose(f"{group}={option}", hydra=True), group.replace("/", "."))
         assert get_class(node._target_)
         return
-    cfg = _compose([f"{group}={option}"])
+    cfg = compose(f"{group}={option}")
     node = cfg[group]
     builder = BUILDERS.get(group)
     if builder is not None:
@@ -136,7 +144,7 @@ def test_option_composes_builds_and_runs(
 def _runs_end_to_end(overrides: list[str], tmp: Path) -> None:
     """A sealed run of the debug config: one prediction per question asked, each within the budget, citing its
     own dialogue's turns once each; offline metrics in range; one stats line per dialogue."""
-    cfg = _compose([*overrides, "+debug=default", f"run.root={tmp}", f"paths.cache_dir={tmp / 'cache'}"])
+    cfg = compose(*overrides, "+debug=default", *in_folder(tmp))
     assert cfg.embedder._target_ == "allmem.embed.HashEmbedder"  # the debug config really is model-free
     assert Path(cfg.dataset.path) == FIXTURES / f"{cfg.dataset.name}_tiny.json"  # found from any folder
     run_dir = run(cfg)
@@ -176,7 +184,7 @@ def _sets_what_it_says(path: Path, cfg: DictConfig) -> None:
     own.pop("defaults", None)
     composed = _leaves(OmegaConf.to_container(cfg, resolve=False))
     if "hydra" in own:  # an experiment's sweep lives in the Hydra node, which only a hydra-config compose has
-        with_hydra = _compose([f"+{path.parent.name}={path.stem}"], hydra_node=True)
+        with_hydra = compose(f"+{path.parent.name}={path.stem}", hydra=True)
         composed |= {
             f"hydra.{k}": v
             for k, v in _leaves(OmegaConf.to_container(with_hydra.hydra, resolve=False)).items()
@@ -195,7 +203,7 @@ def test_library_reads_the_same_method_node_as_a_run(option: str) -> None:
     """``allmem.defaults.method_node`` (OmegaConf only, for library code) gives what Hydra composes for a run."""
     from allmem.defaults import method_node
 
-    composed = OmegaConf.to_container(_compose([f"method={option}"]).method, resolve=True)
+    composed = OmegaConf.to_container(compose(f"method={option}").method, resolve=True)
     assert method_node(option) == composed
 
 
@@ -216,8 +224,8 @@ def test_settings_are_built_strictly_from_their_node(tmp_path: Path) -> None:
 
 def test_the_llm_reader_uses_the_fitted_reader_settings() -> None:
     """``generator=llm`` answers offline with the settings of ``configs/generator/extractive.yaml``, read from there."""
-    llm_node = OmegaConf.to_container(_compose([]).generator, resolve=True)
-    extractive = OmegaConf.to_container(_compose(["generator=extractive"]).generator, resolve=True)
+    llm_node = OmegaConf.to_container(compose().generator, resolve=True)
+    extractive = OmegaConf.to_container(compose("generator=extractive").generator, resolve=True)
     assert llm_node["extractive"] == extractive
 
 

@@ -24,6 +24,7 @@ def _key(r: dict) -> tuple:
     return (r["dialogue_id"], r["question_id"], r.get("ask") or "end")
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_a_debug_run_stores_each_records_packed_context_within_the_budget(tmp_path):
     run = done_dir(
         allmem_run(tmp_path, "+debug=default", "dataset=locomo", "method=bm25", f"budget.tokens={BUDGET}")

@@ -8,7 +8,6 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from allmem.budget import Filling, context_line, fill, pack
 from allmem.errors import ConfigError
@@ -16,9 +15,9 @@ from allmem.run import identity, pipeline
 from allmem.run import runner as runner_mod
 from allmem.tokens import count_tokens
 from allmem.types import Dialogue, RetrievalResult, Retrieved, Session, Turn
+from tests.runkit import compose, in_folder
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIGS = REPO / "configs"
 
 
 def _unit(i: int, words: int) -> Retrieved:
@@ -92,11 +91,8 @@ TABLE1 = _table1_methods()
 
 
 def _system(method: str, tmp_path: Path, cache_dir: Path, *extra: str):
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[
-            f"method={method}", "embedder=hash", f"paths.cache_dir={cache_dir}", f"run.root={tmp_path}",
-            "run.progress=false", "llm.max_concurrency=1", *extra,
-        ])  # fmt: skip
+    cfg = compose(f"method={method}", "embedder=hash", *in_folder(tmp_path, cache_dir), "run.progress=false",
+                  "llm.max_concurrency=1", *extra)  # fmt: skip
     return pipeline.Services.build(cfg, tmp_path).system
 
 
@@ -208,23 +204,18 @@ def test_a_method_without_a_depth_is_refused():
         Filling(Fixed(), 512)
 
 
-def _cfg(overrides: list[str]):
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        return compose(config_name="config", overrides=overrides)
-
-
 def test_fill_is_in_the_run_identity_and_not_in_the_bank_cache_key(tmp_path, cache_dir):
     base = ["method=allmem_noatc", "embedder=hash", f"paths.cache_dir={cache_dir}"]
     digest = "0" * 64
-    plain = _cfg(base)
+    plain = compose(*base)
     assert "fill" not in identity.identity(plain)["budget"]  # off: hashes of earlier runs hold
     h = identity.config_hash(plain, digest)
-    assert identity.config_hash(_cfg([*base, "budget.fill=false"]), digest) == h
-    assert identity.config_hash(_cfg([*base, "budget.fill=true"]), digest) != h
+    assert identity.config_hash(compose(*base, "budget.fill=false"), digest) == h
+    assert identity.config_hash(compose(*base, "budget.fill=true"), digest) != h
     # the bank cache key of All-Mem: the same whatever the budget and its fill
     keys = set()
     for extra in ([], ["budget.fill=true", "budget.tokens=512"]):
-        cfg = _cfg([*base, *extra, f"run.bank_cache={tmp_path / 'banks'}"])
+        cfg = compose(*base, *extra, f"run.bank_cache={tmp_path / 'banks'}")
         keys.add(pipeline.Services.build(cfg, tmp_path).system.bank_cache.key)
     assert len(keys) == 1
 
@@ -295,8 +286,8 @@ def test_a_filled_run_end_to_end(tmp_path, cache_dir):
     )
     base = ["method=amem", f"dataset.path={data}", f"run.root={tmp_path / 'runs'}", f"paths.cache_dir={cache_dir}",
             "embedder=hash", "run.progress=false", "budget.tokens=1024", "llm.max_concurrency=2"]  # fmt: skip
-    plain = files.read_jsonl(runner_mod.run(_cfg(base), []) / files.PREDICTIONS)
-    filled_dir = runner_mod.run(_cfg([*base, "budget.fill=true"]), [])
+    plain = files.read_jsonl(runner_mod.run(compose(*base), []) / files.PREDICTIONS)
+    filled_dir = runner_mod.run(compose(*base, "budget.fill=true"), [])
     filled = files.read_jsonl(filled_dir / files.PREDICTIONS)
     # A-Mem's 10 notes and their links hold about 580 tokens of this dialogue: each filled question is full
     assert all(r["context_tokens"] < 900 for r in plain)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from allmem.budget import pack
@@ -16,16 +15,12 @@ from allmem.report.targets import CONFIGS, ORDER, TARGETS, experiments_of, sweep
 from allmem.run.pipeline import ingest
 from allmem.systems import MemorySystem, Resources
 from benchmarks import load_dataset
+from tests.runkit import compose
 
 EXPERIMENTS = sorted({e for t in TARGETS.values() for e in t.experiments})
 POINTS = [
     (e, p) for e in EXPERIMENTS for p in sweep_points(e, use_cache=False)
 ]  # collection: no cache writes
-
-
-def _compose(overrides: list[str], hydra_config: bool = False):
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        return compose(config_name="config", overrides=overrides, return_hydra_config=hydra_config)
 
 
 def test_every_target_experiment_exists_and_the_order_names_only_them():
@@ -40,9 +35,9 @@ def test_every_target_experiment_exists_and_the_order_names_only_them():
 def test_point_instantiates_and_answers_on_a_tiny_dialogue(
     experiment, point, fixtures_dir, tmp_path, embedder
 ):
-    dataset = _compose([f"+experiment={experiment}"]).dataset.name  # LoCoMo unless the file names its own
-    cfg = _compose([f"+experiment={experiment}", f"dataset.path={fixtures_dir / f'{dataset}_tiny.json'}",
-                    f"paths.cache_dir={tmp_path}", *point])  # fmt: skip
+    dataset = compose(f"+experiment={experiment}").dataset.name  # LoCoMo unless the file names its own
+    cfg = compose(f"+experiment={experiment}", f"dataset.path={fixtures_dir / f'{dataset}_tiny.json'}",
+                    f"paths.cache_dir={tmp_path}", *point)  # fmt: skip
     for override in point:  # the sweep value reached the config
         key, value = override.split("=", 1)
         got = cfg.method.name if key == "method" else _select(cfg, key)
@@ -70,16 +65,14 @@ def _select(cfg, key: str):
 
 
 def test_local_launcher_composes_with_n_jobs():
-    cfg = _compose(["+experiment=fig3", "hydra/launcher=local", "hydra.launcher.n_jobs=3"], hydra_config=True)
+    cfg = compose("+experiment=fig3", "hydra/launcher=local", "hydra.launcher.n_jobs=3", hydra=True)
     assert cfg.hydra.launcher._target_.endswith("JoblibLauncher")
     assert cfg.hydra.launcher.n_jobs == 3
 
 
 def test_slurm_launcher_composes_and_builds_without_submitting():
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
-    cfg = _compose(
-        ["+experiment=fig3", "hydra/launcher=slurm", "hydra.launcher.partition=cpu"], hydra_config=True
-    )
+    cfg = compose("+experiment=fig3", "hydra/launcher=slurm", "hydra.launcher.partition=cpu", hydra=True)
     node = cfg.hydra.launcher
     assert node._target_ == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
     assert node.partition == "cpu" and node.cpus_per_task >= 1 and node.timeout_min > 0

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 from fakes import stream_sessions
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from allmem import files
@@ -18,13 +17,9 @@ from allmem.memory.system import AllMemSystem
 from allmem.run import compare, identity
 from allmem.run.runner import run
 from allmem.systems import Resources
+from tests.runkit import compose
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-
-
-def _cfg(overrides: list[str]):
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        return compose(config_name="config", overrides=overrides)
 
 
 def _common(tmp: Path, cache: Path, fixtures: Path) -> list[str]:
@@ -43,11 +38,11 @@ def _answers(run_dir: Path) -> list[dict]:
 def test_reused_bank_answers_exactly_like_a_fresh_ingestion(tmp_path, cache_dir, fixtures_dir):
     common = _common(tmp_path, cache_dir, fixtures_dir)
     banks = f"run.bank_cache={tmp_path / 'banks'}"
-    first = run(_cfg(["method=allmem", banks, "run.probe_queries=4", *common]))
-    reused = run(_cfg(["method=allmem", banks, "run.probe_queries=4", "method.retrieval.K=4", *common]))
+    first = run(compose("method=allmem", banks, "run.probe_queries=4", *common))
+    reused = run(compose("method=allmem", banks, "run.probe_queries=4", "method.retrieval.K=4", *common))
     # the bank folder is not part of a run's identity: a fresh ingestion needs its own run root
-    fresh = run(_cfg(["method=allmem", "run.probe_queries=4", "method.retrieval.K=4", *common,
-                      f"run.root={tmp_path / 'fresh'}"]))  # fmt: skip
+    fresh = run(compose("method=allmem", "run.probe_queries=4", "method.retrieval.K=4", *common,
+                      f"run.root={tmp_path / 'fresh'}"))  # fmt: skip
     assert _answers(reused) == _answers(fresh)
 
     def stats(d: Path) -> list[dict]:
@@ -149,9 +144,9 @@ def test_probe_times_both_surfaces_at_every_checkpoint(tmp_path):
 
 def test_bank_cache_folder_is_not_part_of_a_runs_identity(cache_dir):
 
-    a = _cfg(["method=allmem", "run.bank_cache=/somewhere/banks"])
-    b = _cfg(["method=allmem", "run.bank_cache=/elsewhere/banks"])
-    c = _cfg(["method=allmem"])
+    a = compose("method=allmem", "run.bank_cache=/somewhere/banks")
+    b = compose("method=allmem", "run.bank_cache=/elsewhere/banks")
+    c = compose("method=allmem")
     assert identity.config_hash(a, "d") == identity.config_hash(b, "d") == identity.config_hash(c, "d")
     assert identity.override_dirname(
         ["run.bank_cache=/x", "hydra/launcher=local", "method.retrieval.K=4"]
@@ -179,8 +174,8 @@ def test_a_run_that_reused_its_banks_equals_the_run_that_ingested_them(tmp_path,
     banks = f"run.bank_cache={tmp_path / 'banks'}"
     common = ["method=allmem", banks, *_common(tmp_path, cache_dir, fixtures_dir)[:-2], "embedder=hash",
               f"paths.cache_dir={cache_dir}", "run.progress=false"]  # fmt: skip
-    built = run(_cfg(common))
-    reused = run(_cfg([*common, f"run.root={tmp_path / 'again'}"]))
+    built = run(compose(*common))
+    reused = run(compose(*common, f"run.root={tmp_path / 'again'}"))
     assert all(s["bank_cache"]["hit"] for s in files.read_jsonl(reused / files.SYSTEM_STATS))
     ingestion = [c for c in files.read_jsonl(reused / files.CALLS) if c["question_id"] is None]
     assert ingestion and all(c["cached"] for c in ingestion)

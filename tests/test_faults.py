@@ -22,6 +22,7 @@ from allmem import files
 from allmem.llm.ledger import price_run
 from tests.faultkit import FIXTURES, REPO, allmem_run, common, done_dir, env, popen_run, run_dirs
 from tests.llm_stub import StubLLM
+from tests.runkit import compose
 
 TINY = FIXTURES / "locomo_tiny.json"
 N_TINY = sum(len(s["qa"]) for s in json.loads(TINY.read_text()))
@@ -58,6 +59,7 @@ def _closed_port() -> int:
 # ------------------------------------------------------------------ 1. unreachable, broken or hung endpoints
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_closed_port_fails_in_seconds_before_anything_is_created(tmp_path):
     t0 = time.monotonic()
     res = allmem_run(tmp_path, *_openai(f"http://127.0.0.1:{_closed_port()}/v1"), environ=_keyed())
@@ -65,12 +67,14 @@ def test_closed_port_fails_in_seconds_before_anything_is_created(tmp_path):
     assert time.monotonic() - t0 < 60 and run_dirs(tmp_path) == []
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_a_base_url_that_is_no_url_is_named(tmp_path):
     res = allmem_run(tmp_path, *_openai("not-a-url"), environ=_keyed())
     _assert_one_line_error(res, "llm.base_url: 'not-a-url' is not an http(s) URL")
     assert run_dirs(tmp_path) == []
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_a_listener_that_never_answers_fails_at_the_probe(tmp_path):
     with socket.socket() as listener:  # the kernel accepts connections; nobody ever reads or writes
         listener.bind(("127.0.0.1", 0))
@@ -164,6 +168,7 @@ def test_failed_questions_are_recorded_not_sealed_and_a_rerun_retries_exactly_th
 # ------------------------------------------------------------------ 4. checked before anything is created
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_a_missing_key_fails_before_anything_is_created(tmp_path):
     stub = StubLLM().start()
     try:
@@ -174,6 +179,7 @@ def test_a_missing_key_fails_before_anything_is_created(tmp_path):
     assert run_dirs(tmp_path) == [] and stub.count == 0
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_a_key_pasted_into_api_key_env_is_refused_and_never_written(tmp_path):
     res = allmem_run(tmp_path, *_openai("http://127.0.0.1:9/v1"), f"llm.api_key_env={KEY}", environ=_keyed())
     _assert_one_line_error(res, "llm.api_key_env: must be the NAME of an environment variable")
@@ -182,6 +188,7 @@ def test_a_key_pasted_into_api_key_env_is_refused_and_never_written(tmp_path):
         assert not path.is_file() or KEY.encode() not in path.read_bytes(), path
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_replay_without_a_recorded_cache_fails_before_anything_is_created(tmp_path):
     base = ["method=allmem", f"dataset.path={TINY}", "llm=replay"]
     res = allmem_run(tmp_path, *base)
@@ -195,6 +202,7 @@ def test_replay_without_a_recorded_cache_fails_before_anything_is_created(tmp_pa
     assert run_dirs(tmp_path) == []
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 @pytest.mark.parametrize(
     ("override", "needle"),
     [
@@ -209,6 +217,7 @@ def test_bad_settings_fail_in_one_line_before_anything_is_created(tmp_path, over
     assert run_dirs(tmp_path) == []
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_a_traceback_only_when_asked_for(tmp_path):
     res = allmem_run(tmp_path, "method=bm25", f"dataset.path={TINY}", "budget.tokens=-5",
                      environ=env(HYDRA_FULL_ERROR="1"))  # fmt: skip
@@ -266,7 +275,7 @@ def _strip(rows: list[dict], keys: tuple[str, ...]) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_kill_and_resume_with_consolidation_keeps_every_record_true(tmp_path, locomo_path):
+def test_kill_and_resume_with_consolidation_keeps_every_record_true(tmp_path, locomo_path, request):
     """All-Mem with ATC on two LoCoMo conversations: SIGKILL mid-run, tear the ledger's and the events' last
     lines (as a full disk would), resume; everything equals an uninterrupted run's except what says when."""
     args = ["method=allmem", f"dataset.path={locomo_path}", "dataset.limit_dialogues=2",
@@ -274,6 +283,12 @@ def test_kill_and_resume_with_consolidation_keeps_every_record_true(tmp_path, lo
     killed, clean = tmp_path / "killed", tmp_path / "clean"
     killed.mkdir()
     clean.mkdir()
+    # the uninterrupted run, in a folder and caches of its own, beside the interrupted one (the second core)
+    log = clean / "run.log"
+    with log.open("w") as out:
+        uninterrupted = subprocess.Popen([sys.executable, "-m", "allmem.cli", "run", *common(clean), *args], cwd=clean,
+                                         env=env(), stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+    request.addfinalizer(lambda: (uninterrupted.kill(), uninterrupted.wait()))  # kill: a no-op once it ended
     proc = popen_run(killed, *args)
     preds = killed / "runs" / "r" / files.PREDICTIONS
     deadline = time.monotonic() + 300
@@ -293,7 +308,7 @@ def test_kill_and_resume_with_consolidation_keeps_every_record_true(tmp_path, lo
     resumed = allmem_run(killed, *args)
     assert resumed.rc == 0, resumed.err[-3000:]
     assert "cut a torn last line" in resumed.err
-    assert allmem_run(clean, *args).rc == 0
+    assert uninterrupted.wait(timeout=600) == 0, log.read_text()[-3000:]
     other = clean / "runs" / "r"
 
     def rows(d: Path, name: str) -> list[dict]:
@@ -329,6 +344,7 @@ def _tiny_with(edit) -> list[dict]:
     return raw
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_a_lone_surrogate_is_rejected_by_the_loader_with_file_sample_and_field(tmp_path):
     raw = _tiny_with(lambda r: r[0]["conversation"]["session_1"][0].update(text="PLACEHOLDER"))
     bad = tmp_path / "surrogate.json"
@@ -354,6 +370,7 @@ def test_a_one_megabyte_turn_ingests(tmp_path):
     assert stats[0]["turns"] == 11
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_empty_inputs_are_errors_not_complete_runs(tmp_path):
     empty = tmp_path / "empty.json"
     empty.write_text("[]")
@@ -404,7 +421,6 @@ def test_run_files_honour_the_umask(tmp_path):
 
 
 def test_results_and_caches_resolve_against_the_repository_not_the_current_directory(tmp_path, monkeypatch):
-    from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
     import allmem.paths  # noqa: F401 - registers the resolver, as the CLI does
@@ -412,8 +428,7 @@ def test_results_and_caches_resolve_against_the_repository_not_the_current_direc
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ALLMEM_CACHE", raising=False)
     monkeypatch.delenv("ALLMEM_RESULTS", raising=False)  # the suite points it at a temporary folder
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        cfg = compose(config_name="config", return_hydra_config=True)
+    cfg = compose(hydra=True)
     assert OmegaConf.select(cfg, "run.root") == str(REPO / "results" / "runs")
     assert OmegaConf.select(cfg, "paths.cache_dir") == str(REPO / ".cache")
     assert str(OmegaConf.select(cfg, "hydra.run.dir")).startswith(str(REPO / "results" / ".hydra"))

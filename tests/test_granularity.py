@@ -9,6 +9,7 @@ import pytest
 
 from allmem.metrics.granularity import granular, names, session_of
 from benchmarks import load_dataset
+from tests.runkit import compose_and_run
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -118,25 +119,12 @@ def test_longmemeval_loader_reads_has_answer_turn_ids() -> None:
     ]  # fmt: skip
 
 
-def _debug_run(tmp_path: Path, *overrides: str) -> Path:
-    """One run of the debug fixture in-process, with its runs and cache under ``tmp_path``."""
-    from hydra import compose, initialize_config_dir
-
-    from allmem.run.runner import run
-
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[
-            "+debug=default", *overrides, f"run.root={tmp_path}", f"paths.cache_dir={tmp_path / 'c'}",
-        ])  # fmt: skip
-    return run(cfg)
-
-
 def test_runs_record_units_and_turn_gold_and_the_table_reads_them(tmp_path: Path) -> None:
     from allmem import files
     from allmem.report.runs import load_run
     from allmem.report.tables import retrieval
 
-    run_dir = _debug_run(tmp_path, "dataset=longmemeval_s", "method=naive_rag")
+    run_dir = compose_and_run(tmp_path, "dataset=longmemeval_s", "method=naive_rag")
     records = files.read_jsonl(run_dir / files.PREDICTIONS)
     first = records[0]
     assert first["evidence_turns"] == ["answer_7161e7e2_1:0"]
@@ -222,7 +210,7 @@ def test_a_locomo_run_states_every_granularity_in_metrics_and_the_table_reads_it
     from allmem.report.runs import load_run
     from allmem.report.tables import retrieval
 
-    run_dir = _debug_run(tmp_path, "dataset=locomo", "method=bm25")
+    run_dir = compose_and_run(tmp_path, "dataset=locomo", "method=bm25")
     records = [r for r in files.read_jsonl(run_dir / files.PREDICTIONS) if r["evidence"]]
     block = files.read_json(run_dir / files.METRICS)["granularity"]
     assert block["levels"] == ["turn", "session", "unit"] and block["count"] == 14

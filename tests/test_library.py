@@ -21,6 +21,7 @@ DOC = REPO / "docs" / "LIBRARY.md"
 MAY, JUNE = datetime(2023, 5, 8), datetime(2023, 6, 1)
 
 
+@pytest.mark.slow  # the documented example in a subprocess
 def test_the_documented_example_runs(tmp_path: Path) -> None:
     text = DOC.read_text()
     section = text.split("## All-Mem as a library", 1)[1].split("\n## ", 1)[0]

@@ -9,14 +9,13 @@ import json
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from allmem import files
 from allmem.metrics.retrieval import session_ranking
-from allmem.run.runner import run
 from benchmarks.lme_synth import write_longmemeval
 from examples.memory_server import serving
+from tests.runkit import compose_and_run
 
 REPO = Path(__file__).resolve().parents[1]
 TABLE1 = OmegaConf.load(REPO / "configs" / "experiment" / "table1.yaml").hydra.sweeper.params.method.split(
@@ -31,20 +30,17 @@ def lme_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _run(tmp: Path, data: Path, *overrides: str) -> Path:
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[
-            "+debug=default", "dataset=longmemeval_s", f"dataset.path={data}", *overrides, f"run.root={tmp}",
-            f"paths.cache_dir={tmp / 'cache'}",
-        ])  # fmt: skip
-    return run(cfg)
+    return compose_and_run(tmp, "dataset=longmemeval_s", f"dataset.path={data}", *overrides)
 
 
 def _check_turn_ids(run_dir: Path, data: Path) -> None:
     raw = {e["question_id"]: e for e in json.loads(data.read_text())}
+    assert (run_dir / files.DONE).exists() and (run_dir / files.METRICS).exists()  # sealed, scored
     records = files.read_jsonl(run_dir / files.PREDICTIONS)
     assert sorted(r["question_id"] for r in records) == sorted(raw)
     for r in records:
         e = raw[r["question_id"]]
+        assert r["gold"] == e["answer"]
         sizes = dict(zip(e["haystack_session_ids"], map(len, e["haystack_sessions"]), strict=True))
         turn_ids = {f"{sid}:{j}" for sid, n in sizes.items() for j in range(n)}
         has_answer = [

@@ -67,6 +67,7 @@ def test_the_llm_lock_pins_the_server_and_its_sdist_hash() -> None:
     assert line.startswith("llama-cpp-python==0.3.36 ") and "--hash=sha256:" in line
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_a_run_with_llm_local_and_no_server_stops_in_one_line(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{_free_port()}/v1"
     res = allmem_run(tmp_path, "+debug=default", "method=bm25", "llm=local", f"llm.base_url={url}",
@@ -79,6 +80,7 @@ def test_a_run_with_llm_local_and_no_server_stops_in_one_line(tmp_path: Path) ->
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_the_cli_says_what_it_did_in_one_line(tmp_path: Path) -> None:
     port = _free_port()
     proc = subprocess.run(

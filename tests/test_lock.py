@@ -40,6 +40,7 @@ def test_differences_name_each_changed_missing_and_extra_package() -> None:
     assert lines == ["b: 2 -> 2.1", "c: 3 -> not in venv", "d: not in lock -> 4"]
 
 
+@pytest.mark.slow  # pip in a subprocess
 def test_check_passes_on_equal_and_fails_on_a_drifted_environment(tmp_path: Path, capsys) -> None:  # noqa: ANN001
     have = lock.installed(sys.executable)
     exact = tmp_path / "exact.lock"

@@ -12,6 +12,7 @@ from allmem.llm import build_llm
 from allmem.memory.system import AllMemSystem
 from allmem.systems import Resources
 from tests.fakes import stream_sessions
+from tests.runkit import compose
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 SESSIONS = [
@@ -106,28 +107,23 @@ def test_system_save_load_round_trip(tmp_path) -> None:
     assert b.dialogue_id == "conv-x" and b.writer.last_id == "u000006"
 
 
-def _compose(*overrides: str) -> Any:
-    from hydra import compose, initialize_config_dir
-
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        return OmegaConf.to_container(
-            compose(config_name="config", overrides=list(overrides)).method, resolve=True
-        )
+def _method(*overrides: str) -> Any:
+    return OmegaConf.to_container(compose(*overrides).method, resolve=True)
 
 
 def test_configs_carry_the_paper_and_reference_settings() -> None:
-    paper = _compose("method=allmem")
+    paper = _method("method=allmem")
     r = paper["retrieval"]
     assert (r["k"], r["L"], r["K"], r["H"], paper["links"]["d_sigma"]) == (10, 40, 16, 2, 8)
     atc_keys = ("enabled", "every_sessions", "every_turns", "theta")
     assert {k: paper["atc"][k] for k in atc_keys} == dict(zip(atc_keys, (True, 3, None, 0.9), strict=True))
-    assert _compose("method=allmem", "atc.enabled=false")["atc"]["enabled"] is False
-    noatc = _compose("method=allmem_noatc")
+    assert _method("method=allmem", "atc.enabled=false")["atc"]["enabled"] is False
+    noatc = _method("method=allmem_noatc")
     assert noatc["name"] == "allmem_noatc" and noatc["atc"]["enabled"] is False
     assert {k: v for k, v in noatc.items() if k not in ("name", "atc")} == {
         k: v for k, v in paper.items() if k not in ("name", "atc")
     }
-    ref = _compose("method=allmem_ref")
+    ref = _method("method=allmem_ref")
     rr = ref["retrieval"]
     assert ref["links"]["d_sigma"] is None and ref["write"]["sem_per_insert"] == 3
     assert ref["write"]["sem_threshold"] == 0.65
@@ -138,6 +134,6 @@ def test_configs_carry_the_paper_and_reference_settings() -> None:
         {"sibling", "version"},
         "both",
     )
-    assert _compose("method=allmem_fullbank")["retrieval"]["surface"] == "full"
-    assert _compose("method=allmem_noexpand")["retrieval"]["expand"] is False
-    assert _compose("method=allmem_noprio")["retrieval"]["type_priority"] is False
+    assert _method("method=allmem_fullbank")["retrieval"]["surface"] == "full"
+    assert _method("method=allmem_noexpand")["retrieval"]["expand"] is False
+    assert _method("method=allmem_noprio")["retrieval"]["type_priority"] is False

@@ -22,25 +22,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from allmem import files
 from allmem.llm.ledger import Ledger
 from allmem.llm.limiter import RateLimiter
 from allmem.run.compare import same_result
 from allmem.run.questions import answer_questions
-from allmem.run.runner import run
 from allmem.types import CallRecord, Prediction, Question
 from tests.faultkit import FIXTURES, env, popen_run
 from tests.llm_stub import StubLLM
+from tests.runkit import compose_and_run
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = "sk-online-scale-0000"
-
-
-def _run(overrides: list[str]) -> Path:
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        return run(compose(config_name="config", overrides=overrides))
 
 
 @pytest.mark.slow
@@ -53,12 +47,12 @@ def test_concurrent_online_allmem_run_is_the_same_result(
     try:
         for n in (1, 16):
             stub.max_in_flight = 0
-            runs[n] = _run([
-                "method=allmem", "embedder=hash", f"dataset.path={REPO / 'tests/fixtures/locomo_tiny.json'}",
-                "llm=openai", f"llm.base_url={stub.base_url}", "llm.api_key_env=ALLMEM_SCALE_KEY",
-                "llm.rpm=null", "llm.tpm=null", f"llm.max_concurrency={n}", "run.progress=false",
-                f"run.root={tmp_path / str(n) / 'runs'}", f"paths.cache_dir={tmp_path / str(n) / 'cache'}",
-            ])  # fmt: skip
+            runs[n] = compose_and_run(
+                tmp_path / str(n) / "runs", "method=allmem", "embedder=hash",
+                f"dataset.path={REPO / 'tests/fixtures/locomo_tiny.json'}", "llm=openai", f"llm.base_url={stub.base_url}",
+                "llm.api_key_env=ALLMEM_SCALE_KEY", "llm.rpm=null", "llm.tpm=null", f"llm.max_concurrency={n}",
+                "run.progress=false", debug=False, cache=tmp_path / str(n) / "cache",
+            )  # fmt: skip
             in_flight[n] = stub.max_in_flight
     finally:
         stub.stop()

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from allmem import files
 from allmem.metrics.protocols import as_protocol, get_protocol
@@ -17,13 +16,7 @@ from allmem.reader.framing import NOT_MENTIONED
 from allmem.report.tables import find_runs, main_table
 from allmem.run.runner import run
 from allmem.types import AnswerRequest
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _cfg(overrides: list[str]):
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        return compose(config_name="config", overrides=overrides)
+from tests.runkit import compose
 
 
 def _by_hand(ranked: list[str], gold: list[str], k: int) -> tuple[float, float]:
@@ -45,7 +38,7 @@ def ks_run(tmp_path_factory, cache_dir, fixtures_dir) -> Path:
         "method=bm25", f"dataset.path={fixtures_dir / 'locomo_tiny.json'}", f"run.root={root}",
         f"paths.cache_dir={cache_dir}", "run.progress=false", "protocol.ks=[1,2]", "protocol.table_k=2",
     ]  # fmt: skip
-    return run(_cfg(overrides), overrides)
+    return run(compose(*overrides), overrides)
 
 
 @pytest.mark.slow

@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from allmem import files
 from allmem.errors import ConfigError
@@ -16,19 +15,14 @@ from allmem.report.items import item_frame
 from allmem.report.runs import find_runs, load_run, with_judge
 from allmem.report.tables import table1
 from allmem.run.rejudge import JUDGES, VERDICTS, graded_block, judge_run, main
-from allmem.run.runner import run
 from tests.llm_stub import StubLLM, default_verdict, graded_verdict
+from tests.runkit import compose_and_run
 
-REPO = Path(__file__).resolve().parents[1]
 KEY = "ALLMEM_REJUDGE_KEY"
 
 
 def _finished_run(tmp_path: Path) -> Path:
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[
-            "+debug=default", "method=bm25", f"run.root={tmp_path / 'runs'}", f"paths.cache_dir={tmp_path / 'c'}",
-        ])  # fmt: skip
-    return run(cfg)
+    return compose_and_run(tmp_path / "runs", "method=bm25", cache=tmp_path / "c")
 
 
 def _snapshot(run_dir: Path) -> dict[str, str]:

@@ -11,38 +11,30 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from allmem import files
 from allmem.errors import RunFailed
 from allmem.run.compare import same_predictions
-from allmem.run.runner import run
 from examples.memory_server import serving
+from tests.runkit import compose_and_run
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 FAST_RETRIES = ["method.max_retries=2", "method.backoff_base_s=0.01", "method.backoff_max_s=0.02"]
-
-
-def _cfg(tmp: Path, *overrides: str):
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        return compose(config_name="config", overrides=[*overrides, "+debug=default", f"run.root={tmp}",
-                                                        f"paths.cache_dir={tmp / 'cache'}"])  # fmt: skip
 
 
 @pytest.mark.parametrize(("method", "mode"), [("bm25", "turn"), ("allmem", "session")])
 def test_http_answers_as_the_same_system_in_process(method: str, mode: str, tmp_path: Path) -> None:
     """All-Mem (consolidation on, merged units of several utterances) and BM25, a session or a turn per call."""
-    local = run(_cfg(tmp_path / "local", f"method={method}"))
+    local = compose_and_run(tmp_path / "local", f"method={method}")
     k = 50 if method == "bm25" else 16  # what the system itself returns: bm25 k, All-Mem's K
     with serving(method) as url:
-        remote = run(_cfg(tmp_path / "remote", "method=http", f"method.url={url}", f"method.ingest={mode}",
-                          f"method.k={k}"))  # fmt: skip
+        remote = compose_and_run(tmp_path / "remote", "method=http", f"method.url={url}", f"method.ingest={mode}",
+                                 f"method.k={k}")  # fmt: skip
     assert (remote / files.DONE).exists()
     assert same_predictions(local, remote) == []
     preds = files.read_jsonl(remote / files.PREDICTIONS)
     assert preds and all(p["ranked_source_ids"] and "error" not in p for p in preds)
     # not a vacuous equality: the answers and rankings differ from another method's
-    other = run(_cfg(tmp_path / "other", "method=full_history"))
+    other = compose_and_run(tmp_path / "other", "method=full_history")
     assert same_predictions(other, remote) != []
 
 
@@ -54,9 +46,8 @@ def _closed_port() -> int:
 
 def test_an_unreachable_service_fails_the_run_with_its_calls_booked(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{_closed_port()}"
-    cfg = _cfg(tmp_path, "method=http", f"method.url={url}", *FAST_RETRIES, "+llm.breaker_after=0")
     with pytest.raises(RunFailed, match="questions failed"):
-        run(cfg)
+        compose_and_run(tmp_path, "method=http", f"method.url={url}", *FAST_RETRIES, "+llm.breaker_after=0")
     (run_dir,) = [p.parent for p in tmp_path.rglob(files.PREDICTIONS)]
     preds = files.read_jsonl(run_dir / files.PREDICTIONS)
     assert preds and all("ingest of" in p["error"] and "memory service" in p["error"] for p in preds)
@@ -102,14 +93,14 @@ class _Flaky(BaseHTTPRequestHandler):
 
 
 def test_a_5xx_is_retried_and_the_answer_is_unchanged(tmp_path: Path) -> None:
-    local = run(_cfg(tmp_path / "local", "method=bm25"))
+    local = compose_and_run(tmp_path / "local", "method=bm25")
     with serving("bm25") as url:
         _Flaky.fail, _Flaky.target, _Flaky.seen = 1, url, []
         proxy = ThreadingHTTPServer(("127.0.0.1", 0), _Flaky)
         threading.Thread(target=proxy.serve_forever, daemon=True).start()
         try:
-            remote = run(_cfg(tmp_path / "remote", "method=http", f"method.url=http://127.0.0.1:{proxy.server_address[1]}",
-                              *FAST_RETRIES))  # fmt: skip
+            remote = compose_and_run(tmp_path / "remote", "method=http",
+                                     f"method.url=http://127.0.0.1:{proxy.server_address[1]}", *FAST_RETRIES)  # fmt: skip
         finally:
             proxy.shutdown()
             proxy.server_close()
@@ -152,14 +143,14 @@ class _Minimal(BaseHTTPRequestHandler):
 
 
 def test_the_optional_routes_may_be_missing(tmp_path: Path) -> None:
-    local = run(_cfg(tmp_path / "local", "method=bm25"))
+    local = compose_and_run(tmp_path / "local", "method=bm25")
     with serving("bm25") as url:
         _Minimal.target = url
         proxy = ThreadingHTTPServer(("127.0.0.1", 0), _Minimal)
         threading.Thread(target=proxy.serve_forever, daemon=True).start()
         try:
-            remote = run(_cfg(tmp_path / "remote", "method=http", "method.ingest=turn",
-                              f"method.url=http://127.0.0.1:{proxy.server_address[1]}"))  # fmt: skip
+            remote = compose_and_run(tmp_path / "remote", "method=http", "method.ingest=turn",
+                                     f"method.url=http://127.0.0.1:{proxy.server_address[1]}")  # fmt: skip
         finally:
             proxy.shutdown()
             proxy.server_close()

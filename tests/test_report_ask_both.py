@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from hydra import compose, initialize_config_dir
 
 from allmem.report.items import at_end, item_frame
 from allmem.report.provenance import ask_note
 from allmem.report.runs import load_run
 from allmem.report.tables import ablations, cost, retrieval, table1
-from allmem.run.runner import run
+from tests.runkit import compose_and_run
 
 REPO = Path(__file__).resolve().parents[1]
 # turn lists: a mid-stream checkpoint leaves their end-of-stream state unchanged
@@ -31,12 +30,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list]:
     for ask in ("end", "both"):
         out[ask] = []
         for method in METHODS:
-            with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-                cfg = compose(config_name="config", overrides=[
-                    "+debug=default", f"method={method}", f"protocol.ask={ask}", f"run.root={tmp / ask}",
-                    f"paths.cache_dir={tmp / 'cache'}",
-                ])  # fmt: skip
-            out[ask].append(load_run(run(cfg)))
+            out[ask].append(load_run(compose_and_run(tmp / ask, f"method={method}", f"protocol.ask={ask}",
+                                                     cache=tmp / "cache")))  # fmt: skip
     return out
 
 

@@ -6,16 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-from hydra import compose, initialize_config_dir
 
 from allmem import files
 from allmem.report.paper import summarise
-from allmem.report.targets import CONFIGS, dataset_overrides, sweep_points
+from allmem.report.targets import dataset_overrides, sweep_points
 from allmem.run.runner import run
 from allmem.tokens import count_tokens
 from allmem.types import format_date
 from benchmarks.lme_synth import write_longmemeval
 from benchmarks.longmemeval import load_longmemeval
+from tests.runkit import compose, in_folder
 
 
 def test_window_table_from_tiny_runs(tmp_path: Path) -> None:
@@ -32,9 +32,8 @@ def test_window_table_from_tiny_runs(tmp_path: Path) -> None:
     assert [p[0] for p in points] == [f"method.context_window={w}" for w in (131072, 32768, 8192)]
     stats = {}
     for point in points:
-        with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-            cfg = compose(config_name="config", overrides=["+experiment=memgpt_window", *extra, *point,
-                          f"run.root={root}", f"paths.cache_dir={tmp_path / 'cache'}", "run.progress=false"])  # fmt: skip
+        cfg = compose("+experiment=memgpt_window", *extra, *point, *in_folder(root, tmp_path / "cache"),
+                      "run.progress=false")  # fmt: skip
         assert cfg.dataset.name == "longmemeval_s" and cfg.method.name == "memgpt"
         run_dir = run(cfg, overrides=[*point])
         stats[int(cfg.method.context_window)] = files.read_jsonl(run_dir / files.SYSTEM_STATS)

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import re
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
 import pandas as pd
 import pytest
+from matplotlib import image
 from report_fixture import DIALOGUES, write_experiment, write_run
 
 from allmem.report import main as report_main
@@ -12,6 +19,24 @@ from allmem.report.runs import find_runs
 from allmem.report.targets import LME_SKIPPED, TARGETS, collect, expand, experiments_of, sweep_points
 
 N_Q = 8  # 2 dialogues x 4 questions
+DPI = 150  # allmem.report.paper_figures.save
+# each figure's figsize in inches (allmem/report/paper_figures.py, allmem/report/sweep.py)
+INCHES = {"fig3": (11, 4.4), "fig4": (13, 6), "fig5": (15, 4.6), "fig6": (6.5, 4.2), "sweep": (10, 4)}
+
+
+def _check_figure(png: Path, name: str) -> None:
+    """The PNG is the figure's size at the saved DPI and has something drawn; the PDF beside it is one page."""
+    head = png.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR", png
+    w, h = INCHES[name]
+    assert struct.unpack(">II", head[16:24]) == (round(w * DPI), round(h * DPI)), png
+    pixels = image.imread(png)[..., :3]
+    drawn = (pixels < 0.9).any(axis=-1).mean()  # share of pixels that are not white or near it
+    assert 0.01 < drawn < 0.6, (png, drawn)
+    colours = len(np.unique(pixels.reshape(-1, 3), axis=0))
+    assert colours > 50, (png, colours)  # lines, text and colours, not a flat image
+    pdf = png.with_suffix(".pdf").read_bytes()
+    assert pdf.startswith(b"%PDF-") and len(re.findall(rb"/Type\s*/Page\b(?!s)", pdf)) == 1, png
 
 
 @pytest.fixture(scope="module")
@@ -91,13 +116,15 @@ def test_retrieval_table_by_hand(table1_root, tmp_path):
 def test_figures_and_parquet(tmp_path):
     root = tmp_path / "runs"
     for exp in ("table1", "fig3", "fig3_anchors", "fig4_theta", "fig4_dsigma", "fig5"):
-        write_experiment(root, exp, lambda label, i: (hash(label) + i) % 3 != 0)
+        # which questions a run answers: a function of its label alone (zlib.crc32, not hash(): the same in every
+        # process whatever PYTHONHASHSEED)
+        write_experiment(root, exp, lambda label, i: (zlib.crc32(label.encode()) + i) % 3 != 0)
     out = tmp_path / "out"
     written = summarise(["figures"], root, out)
     for name in ("fig3", "fig4", "fig5", "fig6"):
         for ext in ("png", "pdf"):
-            path = out / "figures" / f"{name}.{ext}"
-            assert path in written and path.stat().st_size > 10_000, path
+            assert out / "figures" / f"{name}.{ext}" in written
+        _check_figure(out / "figures" / f"{name}.png", name)
     table = pd.read_parquet(out / "tables" / "per_question.parquet")
     n_runs = table["config_hash"].nunique()
     assert len(table) == n_runs * N_Q
@@ -144,7 +171,7 @@ def test_cli_sweep_summary(tmp_path, capsys):
     text = (tmp_path / "out" / "tables" / "sweep.md").read_text()
     assert "method.retrieval.K" in text
     assert "| 4 | n/a | 25.00 [" in text and "| 16 | n/a | 100.00 [100.00, 100.00]" in text
-    assert (tmp_path / "out" / "figures" / "sweep.png").stat().st_size > 10_000
+    _check_figure(tmp_path / "out" / "figures" / "sweep.png", "sweep")
 
 
 @pytest.mark.slow

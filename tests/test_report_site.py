@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 from allmem import files
 from allmem.report.runs import Run
 from allmem.report.site import MARK, PARTS, _views, write_site
+from tests.runkit import compose_and_run
 
 EVIL = "<script>window.PWNED=1</script> what?"
 # (question, gold, prediction of A, prediction of B): A right on q0, q1; B right on q0, q2 (F1 1 or 0)
@@ -80,6 +81,7 @@ def _console(proc: subprocess.CompletedProcess[str]) -> list[str]:
     return [line for line in proc.stderr.splitlines() if "CONSOLE" in line]
 
 
+@pytest.mark.slow  # headless Chromium
 def test_site_loads_without_errors_and_counts_match(tmp_path: Path) -> None:
     browser = _need_browser()
     index = write_site([_run(tmp_path, "a", 0, contexts=True), _run(tmp_path, "b", 1)], tmp_path / "site")
@@ -116,6 +118,7 @@ def test_site_loads_without_errors_and_counts_match(tmp_path: Path) -> None:
     assert "loading" not in opened.stdout  # every part arrived
 
 
+@pytest.mark.slow  # headless Chromium
 def test_site_long_lists_are_drawn_a_page_at_a_time(tmp_path: Path) -> None:
     """250 questions: the count is of all 250, the list draws 200 rows and offers the other 50."""
     browser = _need_browser()
@@ -232,24 +235,18 @@ def test_the_site_shows_only_figures_drawn_from_its_runs(tmp_path: Path) -> None
     assert _shown(write_site([], tmp_path / "empty", figs)) == []
 
 
+@pytest.mark.slow  # headless Chromium
 def test_the_debug_site_shows_no_paper_figure(tmp_path: Path) -> None:
     """The quickstart's site: two debug runs on the LoCoMo fixture beside the committed paper figures
     (results/figures, drawn from the full LoCoMo) and a figure drawn from the two runs: in headless Chromium the
     page shows that figure alone, captioned with its runs; without it, it says there is none."""
-    from hydra import compose, initialize_config_dir
-
     from allmem.report.figures import f1_by_group
     from allmem.report.runs import find_runs
-    from allmem.run.runner import run
 
     browser = _need_browser()
     repo = Path(__file__).resolve().parents[1]
     for method in ("bm25", "naive_rag"):
-        with initialize_config_dir(config_dir=str(repo / "configs"), version_base="1.3"):
-            run(compose(config_name="config", overrides=[
-                "+debug=default", f"method={method}", f"run.root={tmp_path / 'debug'}",
-                f"paths.cache_dir={tmp_path / 'cache'}",
-            ]))  # fmt: skip
+        compose_and_run(tmp_path / "debug", f"method={method}", cache=tmp_path / "cache")
     runs = find_runs(tmp_path / "debug")
     figs = tmp_path / "figures"
     shutil.copytree(repo / "results" / "figures", figs)

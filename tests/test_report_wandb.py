@@ -7,16 +7,15 @@ import json
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from allmem import files
 from allmem.report.wandb_log import flat_metrics
 from allmem.run.runner import run
 from tests.faultkit import FIXTURES, allmem_run, done_dir, env, run_dirs
+from tests.runkit import compose, in_folder
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
-
+@pytest.mark.slow  # the CLI in a subprocess
 def test_a_wandb_failure_after_sealing_leaves_a_complete_run(tmp_path: Path) -> None:
     """W&B logs after ``DONE``: before, the runner logged first, so a W&B error (here an unknown mode) left the
     finished run unsealed (no ``DONE``) with a traceback."""
@@ -30,6 +29,7 @@ def test_a_wandb_failure_after_sealing_leaves_a_complete_run(tmp_path: Path) -> 
     assert (run_dir / files.DONE).read_text() == "complete\n"
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_wandb_offline_logs_the_sealed_run_once(tmp_path: Path) -> None:
     """``wandb.enabled=true`` (offline mode, no key) logs the run's config, metrics and figures from its files
     into ``<run dir>/wandb/``; rerunning the complete run does not log it again."""
@@ -64,10 +64,8 @@ def test_wandb_offline_logs_the_sealed_run_once(tmp_path: Path) -> None:
 
 @pytest.mark.slow  # the real embedding model
 def test_disabled_by_default_writes_nothing(tmp_path, cache_dir, fixtures_dir):
-    overrides = ["method=bm25", f"dataset.path={fixtures_dir / 'locomo_tiny.json'}", f"run.root={tmp_path}",
-                 f"paths.cache_dir={cache_dir}", "run.progress=false"]  # fmt: skip
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides)
+    cfg = compose("method=bm25", f"dataset.path={fixtures_dir / 'locomo_tiny.json'}", *in_folder(tmp_path, cache_dir),
+                  "run.progress=false")  # fmt: skip
     assert cfg.wandb.enabled is False
     run_dir = run(cfg)
     assert not (run_dir / "wandb").exists()

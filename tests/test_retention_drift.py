@@ -7,13 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from allmem import files
 from allmem.report import paper, targets
 from allmem.report.runs import load_run
 from allmem.report.tables.retention import compute
-from allmem.run.runner import run
+from tests.runkit import compose_and_run
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -36,12 +35,7 @@ BINS = {
 
 
 def _run(tmp: Path, dataset: str) -> Path:
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[
-            "+debug=default", f"dataset={dataset}", "+experiment=retention", "method=hybrid_rag",
-            f"run.root={tmp}", f"paths.cache_dir={tmp / 'cache'}",
-        ])  # fmt: skip
-    return run(cfg)
+    return compose_and_run(tmp, f"dataset={dataset}", "+experiment=retention", "method=hybrid_rag")
 
 
 @pytest.fixture(scope="module")

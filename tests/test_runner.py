@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 
 from allmem import files
 from allmem.errors import ConfigError
@@ -22,15 +21,10 @@ from allmem.reader.framing import NOT_MENTIONED
 from allmem.run import identity
 from allmem.run.runner import run
 from allmem.types import Question
+from tests.runkit import compose
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIGS = REPO / "configs"
 ALLMEM = [sys.executable, "-m", "allmem.cli"]
-
-
-def _cfg(overrides: list[str]):
-    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
-        return compose(config_name="config", overrides=overrides)
 
 
 def _common(tmp: Path, cache: Path) -> list[str]:
@@ -50,7 +44,7 @@ def _strip_latency(records: list[dict]) -> list[dict]:
 
 def test_tiny_run_writes_the_contract_and_reruns_skip(tmp_path, cache_dir, fixtures_dir):
     tiny = fixtures_dir / "locomo_tiny.json"
-    cfg = _cfg(["method=bm25", f"dataset.path={tiny}", *_common(tmp_path, cache_dir)])
+    cfg = compose("method=bm25", f"dataset.path={tiny}", *_common(tmp_path, cache_dir))
     run_dir = run(cfg)
     for name in (files.CONFIG, files.PREDICTIONS, files.METRICS, files.MANIFEST, files.DONE):
         assert (run_dir / name).exists(), name
@@ -80,14 +74,15 @@ def test_tiny_run_writes_the_contract_and_reruns_skip(tmp_path, cache_dir, fixtu
     assert (run_dir / files.PREDICTIONS).stat().st_mtime_ns == before
 
 
-def test_score_command_prints_the_metrics(tmp_path, cache_dir, fixtures_dir):
+def test_score_command_prints_the_metrics(tmp_path, cache_dir, fixtures_dir, capsys):
+    from allmem.cli import main
+
     tiny = fixtures_dir / "locomo_tiny.json"
-    run_dir = run(_cfg(["method=full_history", f"dataset.path={tiny}", *_common(tmp_path, cache_dir)]))
-    out = subprocess.run(
-        [*ALLMEM, "score", str(run_dir / files.PREDICTIONS), "--protocol", "allmem"],
-        capture_output=True, text=True, check=True, cwd=REPO,
-    )  # fmt: skip
-    printed = json.loads(out.stdout)
+    run_dir = run(compose("method=full_history", f"dataset.path={tiny}", *_common(tmp_path, cache_dir)))
+    capsys.readouterr()
+    # as `allmem score` does, without a second interpreter
+    assert main(["score", str(run_dir / files.PREDICTIONS), "--protocol", "allmem"]) == 0
+    printed = json.loads(capsys.readouterr().out)
     metrics = json.loads((run_dir / files.METRICS).read_text())
     assert printed == {k: metrics[k] for k in printed}
 
@@ -151,9 +146,9 @@ def test_torn_last_line_is_cut_before_appending(tmp_path):
 def test_changed_config_refuses_to_resume(tmp_path, cache_dir, fixtures_dir):
     tiny = fixtures_dir / "locomo_tiny.json"
     base = ["method=bm25", f"dataset.path={tiny}", "run.name=same", *_common(tmp_path, cache_dir)]
-    identity.prepare(tmp_path / "same", _cfg(base))
+    identity.prepare(tmp_path / "same", compose(*base))
     with pytest.raises(ConfigError, match="different config"):
-        identity.prepare(tmp_path / "same", _cfg([*base, "budget.tokens=100"]))
+        identity.prepare(tmp_path / "same", compose(*base, "budget.tokens=100"))
 
 
 def test_two_options_is_seeded_and_holds_the_gold():
@@ -192,8 +187,8 @@ def test_multirun_and_report(tmp_path, cache_dir, fixtures_dir):
 def test_longmemeval_tiny_with_allmem(tmp_path, cache_dir, fixtures_dir):
     """One memory per question, session-level evidence; All-Mem with consolidation on runs through."""
     tiny = fixtures_dir / "longmemeval_s_tiny.json"
-    cfg = _cfg(
-        ["dataset=longmemeval_s", f"dataset.path={tiny}", "method=allmem", *_common(tmp_path, cache_dir)]
+    cfg = compose(
+        "dataset=longmemeval_s", f"dataset.path={tiny}", "method=allmem", *_common(tmp_path, cache_dir)
     )
     run_dir = run(cfg)
     records = files.read_jsonl(run_dir / files.PREDICTIONS)
@@ -216,7 +211,7 @@ def test_malformed_dataset_fails_before_a_run_directory_exists(tmp_path, cache_d
 
     bad = fixtures_dir / "malformed" / "locomo_bad_category.json"
     with pytest.raises(DatasetError, match="locomo_bad_category.json.*qa\\[1\\].category"):
-        run(_cfg(["method=bm25", f"dataset.path={bad}", *_common(tmp_path, cache_dir)]))
+        run(compose("method=bm25", f"dataset.path={bad}", *_common(tmp_path, cache_dir)))
     assert not any(tmp_path.rglob(files.CONFIG))
 
 
@@ -242,7 +237,7 @@ MUST_NOT_CHANGE = [
 
 def _rel_dir(tmp_path: Path, tiny: Path, extra: list[str], method: str = "bm25") -> Path:
     overrides = [f"method={method}", f"dataset.path={tiny}", f"run.root={tmp_path}", *extra]
-    return identity.resolve(_cfg(overrides), overrides).relative_to(tmp_path)
+    return identity.resolve(compose(*overrides), overrides).relative_to(tmp_path)
 
 
 @pytest.mark.parametrize("override", MUST_CHANGE)
@@ -293,7 +288,7 @@ def test_a_crash_is_recorded_in_the_manifest_and_never_sealed(tmp_path, cache_di
 
     monkeypatch.setattr(runner_mod, "_answer_all", boom)
     tiny = fixtures_dir / "locomo_tiny.json"
-    cfg = _cfg(["method=bm25", f"dataset.path={tiny}", "run.name=crash", *_common(tmp_path, cache_dir)])
+    cfg = compose("method=bm25", f"dataset.path={tiny}", "run.name=crash", *_common(tmp_path, cache_dir))
     with pytest.raises(RuntimeError, match="disk on fire"):
         run(cfg)
     run_dir = next(p.parent for p in tmp_path.rglob(files.MANIFEST))

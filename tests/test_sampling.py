@@ -8,8 +8,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig
 
 from allmem import files
 from allmem.errors import ConfigError
@@ -17,8 +15,7 @@ from allmem.run import identity
 from allmem.run.runner import run
 from allmem.types import Dialogue, Question
 from benchmarks import load_dataset, sampling
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.runkit import compose, in_folder
 
 
 def _dialogues(sizes: dict[int, int], n_dialogues: int = 3) -> list[Dialogue]:
@@ -78,29 +75,23 @@ def test_bad_values_are_named() -> None:
             sampling.apply([], conf)
 
 
-def _compose(overrides: list[str]) -> DictConfig:
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        return compose(config_name="config", overrides=overrides)
-
-
 def test_sampling_keys_count_only_when_sampling_is_on() -> None:
-    base = identity.config_hash(_compose([]), "d")
-    assert (
-        identity.config_hash(_compose(["dataset.sample_seed=7"]), "d") == base
-    )  # sampling off: seed is moot
-    on = identity.config_hash(_compose(["dataset.sample=50"]), "d")
+    base = identity.config_hash(compose(), "d")
+    assert identity.config_hash(compose("dataset.sample_seed=7"), "d") == base  # sampling off: seed is moot
+    on = identity.config_hash(compose("dataset.sample=50"), "d")
     assert on != base
-    assert identity.config_hash(_compose(["dataset.sample=50", "dataset.sample_seed=7"]), "d") != on
-    assert identity.config_hash(_compose(["dataset.sample_dialogues=2"]), "d") != base
+    assert identity.config_hash(compose("dataset.sample=50", "dataset.sample_seed=7"), "d") != on
+    assert identity.config_hash(compose("dataset.sample_dialogues=2"), "d") != base
     # the hash of a config made before the keys existed is unchanged
-    old = files.plain(_compose([]))
+    old = files.plain(compose())
     del old["dataset"]["sample"], old["dataset"]["sample_seed"], old["dataset"]["sample_dialogues"]
     assert identity.config_hash(old, "d") == base
 
 
 def test_a_sampled_run_records_its_ids(tmp_path: Path) -> None:
-    cfg = _compose(["+debug=default", "method=bm25", "dataset.sample=5", "dataset.sample_seed=3",
-                    f"run.root={tmp_path}", f"paths.cache_dir={tmp_path / 'cache'}"])  # fmt: skip
+    cfg = compose(
+        "+debug=default", "method=bm25", "dataset.sample=5", "dataset.sample_seed=3", *in_folder(tmp_path)
+    )
     expected = _ids(load_dataset(cfg.dataset))
     run_dir = run(cfg)
     metrics = json.loads((run_dir / files.METRICS).read_text(encoding="utf-8"))

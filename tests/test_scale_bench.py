@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 _PROBE = """
@@ -30,6 +32,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_the_bench_composes_the_config_in_a_fresh_interpreter():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run(

@@ -25,6 +25,7 @@ def _rows(run: Path, name: str) -> list[dict]:
     return files.read_jsonl(run / name)
 
 
+@pytest.mark.slow  # worker or shard processes
 def test_workers_and_sealed_shards_make_the_single_process_run(tmp_path):
     cache = tmp_path / "cache"
     one = done_dir(allmem_run(tmp_path, *LME, "run.workers=1", cache=cache))
@@ -93,6 +94,7 @@ def _same_but_spent(a: Path, b: Path) -> None:
     assert all(d.startswith(("metrics.json.cost_all_attempts", files.CALLS)) for d in diffs), diffs
 
 
+@pytest.mark.slow  # worker or shard processes
 def test_a_dead_worker_or_shard_leaves_the_run_unsealed_and_the_rerun_completes_only_what_was_missing(
     tmp_path,
 ):
@@ -142,6 +144,7 @@ def test_a_dead_worker_or_shard_leaves_the_run_unsealed_and_the_rerun_completes_
     _same_but_spent(clean, sharded)
 
 
+@pytest.mark.slow  # worker or shard processes
 def test_the_submitit_local_launcher_runs_two_shards_that_seal_one_run(tmp_path):
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
     proc = subprocess.run(
@@ -217,6 +220,7 @@ def test_a_merge_cut_short_is_redone_without_writing_a_line_twice(tmp_path):
     assert not (out / files.PARTS / "000000").exists()
 
 
+@pytest.mark.slow  # worker or shard processes
 def test_the_circuit_breaker_stops_every_worker_and_seals_nothing(tmp_path):
     """An endpoint that fails every chat call: each worker's client opens its breaker after two failed calls, the
     parent dispatches nothing more, the attempt is recorded as stopped and the run is not sealed. One question at a

@@ -20,6 +20,7 @@ def _cli(cwd: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str
     )  # fmt: skip
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_report_defaults_to_the_results_folder_allmem_run_writes(tmp_path: Path) -> None:
     """``allmem run`` puts runs under ``paths.results`` (``ALLMEM_RESULTS``, else the repository's ``results/``)
     whatever the current folder; ``allmem report`` looked in ``./results/runs/paper`` of the current folder."""
@@ -33,6 +34,7 @@ def test_report_defaults_to_the_results_folder_allmem_run_writes(tmp_path: Path)
     assert not (cwd / "results").exists()
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_a_relative_runs_folder_is_relative_to_the_current_folder_for_every_command(tmp_path: Path) -> None:
     """``allmem report --runs rel`` and ``allmem paper --runs rel`` read ``<cwd>/rel``, as ``run.root=rel`` writes
     there (Hydra does not change directory)."""
@@ -81,6 +83,7 @@ def test_packages_depend_along_the_data_flow() -> None:
     assert _importers("allmem.memory", sorted((PKG / "report").glob("*.py"))) == []
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_table3_from_the_run_files_equals_the_events_summary(tmp_path: Path) -> None:
     """The report reads Table 3 from the per-dialogue ATC summaries in ``system_stats.jsonl`` (it no longer
     imports the method); on a real run they add up to the summary of ``atc_events.jsonl``."""

@@ -1,4 +1,4 @@
-"""Issue 17, the LLM layer: a 200 without an answer is a failed call, undecodable replies are retried or fail the
+"""How the LLM layer fails: a 200 without an answer is a failed call, undecodable replies are retried or fail the
 question, every try and every call has a wall-clock limit, Retry-After dates count, pacing waits are announced,
 bad pacing settings and damaged response caches stop the run in one line naming the field or the file.
 The endpoint is a local stub (tests/llm_stub.py) speaking HTTP on 127.0.0.1; nothing else is reached.
@@ -205,6 +205,7 @@ def test_validate_llm_config_names_the_field(key, value, needle):
     assert str(err.value) == needle
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_a_negative_rpm_fails_before_the_run_directory_exists(tmp_path):
     res = allmem_run(tmp_path, "method=bm25", f"dataset.path={TINY}", "llm=openai", "llm.rpm=-5")
     assert res.rc == 1 and "Traceback" not in res.err
@@ -237,6 +238,7 @@ def _openai_run(url: str, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_a_garbage_cache_stops_openai_and_replay_naming_the_file(tmp_path):
     stub = StubLLM().start()
     path = tmp_path / "cache" / "llm" / "responses.sqlite"

@@ -1,6 +1,6 @@
-"""Issue 17, item 7 (corrupt caches) and item 10 (bank-cache folders and orphans), through the real CLI where that is
-how a user meets them: a damaged cache costs time (it is rebuilt, with a warning naming the file), never a run,
-and is never used silently. The LLM response cache has its own tests (item 7's other half)."""
+"""Damaged caches and bank-cache folders (permissions, orphans), through the real CLI where that is how a user meets
+them: a damaged cache costs time (it is rebuilt, with a warning naming the file), never a run,
+and is never used silently. The LLM response cache has its own (tests/test_llm_failures.py)."""
 
 from __future__ import annotations
 
@@ -56,6 +56,7 @@ def _tear(path: Path) -> None:
 # ------------------------------------------------------------------ 7. a damaged bank-cache entry
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 @pytest.mark.parametrize(
     "damaged",
     ["bank/embeddings.npy", "bank/units.jsonl", "bank/links.jsonl", "bank/meta.json", "entry.json",
@@ -93,6 +94,7 @@ def _dead_pid() -> int:
     return int(proc.stdout)
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_bank_cache_follows_the_umask_and_removes_orphans(built: Path, tmp_path: Path) -> None:
     banks = tmp_path / "banks"
     shutil.copytree(built, banks)
@@ -218,6 +220,7 @@ def test_nan_and_non_unit_vectors_in_the_embedding_cache_are_computed_again(embe
 # ------------------------------------------------------------------ 7. tiktoken seed files
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 @pytest.mark.parametrize("damage", ["truncated", "folder"])
 def test_damaged_tiktoken_seed_file_is_written_again(tmp_path: Path, damage: str) -> None:
     from allmem.tokens import seed_tiktoken_cache

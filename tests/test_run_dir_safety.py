@@ -1,4 +1,4 @@
-"""Run folders are data, and a run's identity is checked before it is trusted (issue 17, items 1, 3, 4, 9, 10).
+"""Run folders are data, and a run's identity is checked before it is trusted.
 
 A stored ``config.yaml`` is read by ``files.read_config`` only: nothing in it is instantiated or interpolated.
 """

@@ -1,4 +1,4 @@
-"""Issue 17 (items 8 and 10): how a run ends when something outside it goes wrong, through the real CLI.
+"""How a run ends when something outside it goes wrong, through the real CLI.
 
 Each case ends in one line (``allmem run: error: ...`` naming the file or key) and a set exit status, never a
 traceback; an attempt that began is never left "running" in the manifest; nothing failed is sealed (no DONE);
@@ -23,6 +23,7 @@ from tests.llm_stub import StubLLM
 
 TINY = FIXTURES / "locomo_tiny.json"
 BASE = ("method=bm25", f"dataset.path={TINY}", "run.name=r")
+pytestmark = pytest.mark.slow  # every case runs the CLI in a subprocess
 
 
 def _one_line_error(res, *needles: str, rc: int = 1) -> str:
