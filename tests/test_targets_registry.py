@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from allmem.report import paper
 from allmem.report.targets import ALIASES, DOCS, GROUPS, REGISTRY, TARGETS, docs_table, docs_with_table
 
@@ -19,6 +21,7 @@ def _make(*args: str, stdin: str | None = None) -> str:
     return out.stdout
 
 
+@pytest.mark.slow  # make in a subprocess
 def test_the_makefile_reads_its_paper_targets_from_the_registry():
     listed = _make(
         "-f", "Makefile", "-f", "-", "print-targets", stdin="print-targets: ; @echo $(PAPER_TARGETS)\n"
@@ -26,6 +29,7 @@ def test_the_makefile_reads_its_paper_targets_from_the_registry():
     assert sorted(listed.split()) == sorted(NAMES)
 
 
+@pytest.mark.slow  # make in a subprocess
 def test_make_help_prints_every_targets_help_line_without_a_venv():
     text = _make("help", "VENV=/nonexistent")  # help needs nothing installed
     helps = {
