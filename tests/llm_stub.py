@@ -66,6 +66,7 @@ class StubLLM:
     requests: list[Recorded] = field(default_factory=list)
     _queue: deque[tuple[str, Any]] = field(default_factory=deque)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _stopping: threading.Event = field(default_factory=threading.Event)  # ends scripted delays at stop()
     _server: ThreadingHTTPServer | None = None
 
     @property
@@ -134,7 +135,8 @@ class StubLLM:
                         404, {"error": {"message": f"no route {self.path}", "type": "not_found"}}
                     )
                 if action is not None and action[0] == "delay":  # answer normally, but too late
-                    time.sleep(float(action[1]))
+                    if stub._stopping.wait(float(action[1])):
+                        return  # the stub is stopping: drop the connection instead of holding up stop()
                     action = None
                 if action is not None and action[0] == "body":
                     return self._send_bytes(*action[1])
@@ -206,12 +208,14 @@ class StubLLM:
                 self.end_headers()
                 self.wfile.write(data)
 
+        self._stopping.clear()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 
     def stop(self) -> None:
         if self._server is not None:
+            self._stopping.set()  # server_close() joins the handler threads: none may still be sleeping
             self._server.shutdown()
             self._server.server_close()
             self._server = None

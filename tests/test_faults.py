@@ -246,6 +246,11 @@ def test_a_second_run_of_the_same_config_fails_at_once_and_a_killed_holder_never
                 break
             time.sleep(0.05)
         assert lock is not None, "the first run never took its lock"
+        # The holder takes its lock before its first call: wait until that call hangs in the stub, or a third run
+        # started before it would be the one to get the scripted delay (and wait it out).
+        while time.monotonic() < deadline and holder.poll() is None and stub.count == 0:
+            time.sleep(0.05)
+        assert stub.count == 1, "the first run never made its hanging call"
         t0 = time.monotonic()
         second = allmem_run(tmp_path, *args, environ=_keyed())
         _assert_one_line_error(second, "is in use by another allmem run", f"PID {holder.pid}")
@@ -259,9 +264,6 @@ def test_a_second_run_of_the_same_config_fails_at_once_and_a_killed_holder_never
     finally:
         if holder.poll() is None:
             holder.kill()
-        stub._server.block_on_close = (
-            False  # the killed holder's request still sleeps in the stub: don't wait
-        )
         stub.stop()
     records = files.read_jsonl(lock.parent / files.PREDICTIONS)
     assert len(records) == len({r["question_id"] for r in records}) == N_TINY
