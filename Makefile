@@ -97,11 +97,15 @@ test-latest: ## The suite on the newest versions the ranges allow (throwaway ven
 # `make test-fast`: no test marked `slow`, i.e. none that loads the real LoCoMo or the real embedding model, starts a
 # subprocess (the CLI, workers, a script, make, a browser) or takes over ~10 s; tests/conftest.py marks the users of
 # the real data and model and fails an unmarked test that loads the model or starts a subprocess.
+# Both spread the tests over TEST_WORKERS processes (pytest-xdist; `auto`: one per core; 0: one process, in order),
+# a module's tests on one worker (--dist loadscope), so a module's fixtures are built once.
+TEST_WORKERS ?= auto
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadscope)
 test: $(STAMP) lint ## Lint, then every test but the real-model tier (slow ones included; offline; what CI runs)
-	$(PY) -m pytest  # testpaths (pyproject.toml): tests/ and examples/
+	$(PY) -m pytest $(XDIST)  # testpaths (pyproject.toml): tests/ and examples/
 
 test-fast: $(STAMP) ## The suite without the slow tests (real LoCoMo or model, subprocesses, over ~10 s)
-	$(PY) -m pytest -m "not slow and not llm"
+	$(PY) -m pytest $(XDIST) -m "not slow and not llm"
 
 # llm=local: llama.cpp's server with a real model (allmem/llm/local_server.py; configs/llm/local.yaml holds the
 # model, port and context). LLM_ARGS: llm overrides, e.g. LLM_ARGS="llm.base_url=http://127.0.0.1:9000/v1".
