@@ -45,12 +45,20 @@ settings.register_profile("allmem", database=None)  # no .hypothesis/ example da
 settings.load_profile("allmem")
 
 _SESSION_TMP = Path(tempfile.mkdtemp(prefix="allmem-tests-"))
+SESSION_CACHE = _SESSION_TMP / "cache"
+# The embedding model's ONNX export (allmem/embed_onnx.py; ~20 s to make) is shared by every process of the test
+# run: pytest-xdist's workers inherit this variable from the process that starts them, which sets it first.
+_SHARED_ONNX = "ALLMEM_TESTS_SHARED_ONNX"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     # Set for the whole session, before any test runs, so subprocesses inherit them too.
-    os.environ["ALLMEM_CACHE"] = str(_SESSION_TMP / "cache")
+    os.environ["ALLMEM_CACHE"] = str(SESSION_CACHE)
     os.environ["ALLMEM_RESULTS"] = str(_SESSION_TMP / "results")
+    onnx = Path(os.environ.setdefault(_SHARED_ONNX, str(_SESSION_TMP / "onnx")))
+    onnx.mkdir(parents=True, exist_ok=True)  # made once under the export's own lock (concurrent runs are safe)
+    SESSION_CACHE.mkdir(parents=True, exist_ok=True)
+    (SESSION_CACHE / "onnx").symlink_to(onnx, target_is_directory=True)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -154,9 +162,10 @@ def locomo_path() -> Path:
 
 
 @pytest.fixture(scope="session")
-def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A per-test-session cache folder, so tests never depend on a developer's warm cache."""
-    return tmp_path_factory.mktemp("cache")
+def cache_dir() -> Path:
+    """The test session's cache folder (``ALLMEM_CACHE``), so tests never depend on a developer's warm cache,
+    and in-process and CLI runs share one embedding store and one model export."""
+    return SESSION_CACHE
 
 
 @pytest.fixture(scope="session")

@@ -2,15 +2,26 @@
 
 Where the embedding model is not the point, a run uses allmem's model-free ``HashEmbedder`` (``embedder=hash``,
 the one the debug config uses) and takes seconds.
+
+Each ``allmem run`` is a process of its own (its own pid, working folder, environment, stdout, stderr, signals and
+exit status), started the way the ``allmem`` command starts it (``allmem.cli.main``), but forked from a warm
+interpreter: a forkserver (``multiprocessing``) imports the heavy third-party libraries every run imports once per
+test process, instead of each run paying ~4 s for them (nltk with scipy and scikit-learn under it, pandas, Hydra).
+allmem's own modules are imported in each run, after its environment is set.
 """
 
 from __future__ import annotations
 
+import atexit
+import multiprocessing
 import os
+import signal
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -48,23 +59,89 @@ def env(**extra: str) -> dict[str, str]:
     return base | {"HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"} | extra
 
 
+_PRELOAD = ["numpy", "pandas", "scipy.stats", "sklearn", "nltk", "yake", "omegaconf", "hydra", "onnxruntime"]
+_FORKS = multiprocessing.get_context("forkserver")
+_FORKS.set_forkserver_preload(_PRELOAD)
+
+
+def _cli_process(argv: list[str], cwd: str, environ: dict[str, str], out: str, err: str) -> None:
+    """One ``allmem`` process: ``argv`` run from ``cwd`` with exactly ``environ``, stdout and stderr into files."""
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(environ)
+    for fd, path in ((1, out), (2, err)):
+        (sys.stdout if fd == 1 else sys.stderr).flush()
+        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(target, fd)
+        os.close(target)
+    from allmem import cli
+
+    sys.argv = ["allmem", *argv]
+    try:
+        code = cli.main(argv)
+    finally:
+        atexit._run_exitfuncs()  # as at an interpreter's exit (multiprocessing ends its processes with os._exit)
+        sys.stdout.flush()
+        sys.stderr.flush()
+    sys.exit(code)
+
+
+class CliProcess:
+    """A running ``allmem`` process, with the part of ``subprocess.Popen``'s interface the tests use."""
+
+    def __init__(self, argv: list[str], cwd: Path, environ: dict[str, str]) -> None:
+        self.args = argv
+        folder = Path(tempfile.mkdtemp(prefix="allmem-cli-"))
+        self._out, self._err = folder / "stdout", folder / "stderr"
+        self._proc = _FORKS.Process(
+            target=_cli_process, args=(argv, str(cwd), environ, str(self._out), str(self._err))
+        )
+        self._proc.start()
+        self.pid: int = self._proc.pid  # type: ignore[assignment] - set by start()
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.exitcode  # None while it runs; -N when signal N ended it, as Popen's
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._proc.join(timeout)
+        if self.returncode is None:
+            raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        self.wait(timeout)
+        return tuple(p.read_text(encoding="utf-8", errors="replace") for p in (self._out, self._err))  # type: ignore[return-value]
+
+
 def allmem_run(
     tmp: Path, *args: str, environ: dict[str, str] | None = None, timeout: float = 300, hashed: bool = True,
     cache: Path | None = None,
 ) -> Result:  # fmt: skip
     """``allmem run`` as a user types it, from a folder outside the checkout (``tmp``)."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "allmem.cli", "run", *common(tmp, hashed, cache), *args],
-        cwd=tmp, env=environ or env(), capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
-    return Result(proc.returncode, proc.stdout, proc.stderr)
+    proc = CliProcess(["run", *common(tmp, hashed, cache), *args], tmp, environ or env())
+    try:
+        out, err = proc.communicate(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+    return Result(proc.wait(), out, err)
 
 
-def popen_run(tmp: Path, *args: str, environ: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "allmem.cli", "run", *common(tmp), *args],
-        cwd=tmp, env=environ or env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+def popen_run(tmp: Path, *args: str, environ: dict[str, str] | None = None) -> Any:
+    """``allmem run`` started and left running: a ``CliProcess`` (``poll``, ``wait``, ``send_signal``, ...)."""
+    return CliProcess(["run", *common(tmp), *args], tmp, environ or env())
 
 
 def run_dirs(tmp: Path) -> list[Path]:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from allmem import files
 from allmem.fingerprint import source_fingerprint
@@ -72,8 +72,10 @@ def write_run(
     overrides: Sequence[str],
     correct: Callable[[int], bool],
     tokens: Callable[[int], int] = lambda i: 200,
+    cfg: DictConfig | None = None,
 ) -> Path:
-    cfg = _compose(list(overrides))
+    """A complete run of ``overrides`` (``cfg``: their composed config, when the caller has it already)."""
+    cfg = _compose(list(overrides)) if cfg is None else cfg
     digest = identity.data_digest(cfg)
     path = (
         root
@@ -143,5 +145,5 @@ def write_experiment(
         digest = identity.config_hash(cfg, identity.data_digest(cfg))
         if list((root / "locomo").glob(f"*-{digest}")):
             continue  # the same configuration is shared by several experiments
-        out.append(write_run(root, overrides, lambda i, label=label: correct(label, i)))
+        out.append(write_run(root, overrides, lambda i, label=label: correct(label, i), cfg=cfg))
     return out

@@ -90,7 +90,8 @@ def test_score_command_prints_the_metrics(tmp_path, cache_dir, fixtures_dir, cap
 def test_kill_and_resume_equals_uninterrupted(tmp_path, cache_dir, locomo_path):
     """SIGKILL a real run mid-way; rerunning completes it with the same predictions, no duplicates, no gaps."""
     common = [f"paths.cache_dir={cache_dir}", f"embedder.cache_dir={cache_dir / 'embeddings'}", "run.progress=false",
-              "method=bm25", f"dataset.path={locomo_path}", "dataset.limit_dialogues=1"]  # fmt: skip
+              "method=bm25", f"dataset.path={locomo_path}", "dataset.limit_dialogues=1",
+              "dataset.limit_questions=40"]  # fmt: skip
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     killed_root, clean_root = tmp_path / "killed", tmp_path / "clean"
     proc = subprocess.Popen(
