@@ -56,7 +56,7 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["ALLMEM_CACHE"] = str(SESSION_CACHE)
     os.environ["ALLMEM_RESULTS"] = str(_SESSION_TMP / "results")
     onnx = Path(os.environ.setdefault(_SHARED_ONNX, str(_SESSION_TMP / "onnx")))
-    onnx.mkdir(parents=True, exist_ok=True)  # made once under the export's own lock (concurrent runs are safe)
+    onnx.mkdir(parents=True, exist_ok=True)  # the export itself is made under its own lock
     SESSION_CACHE.mkdir(parents=True, exist_ok=True)
     (SESSION_CACHE / "onnx").symlink_to(onnx, target_is_directory=True)
 
