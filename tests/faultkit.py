@@ -124,12 +124,10 @@ class CliProcess:
         return tuple(p.read_text(encoding="utf-8", errors="replace") for p in (self._out, self._err))  # type: ignore[return-value]
 
 
-def allmem_run(
-    tmp: Path, *args: str, environ: dict[str, str] | None = None, timeout: float = 300, hashed: bool = True,
-    cache: Path | None = None,
-) -> Result:  # fmt: skip
-    """``allmem run`` as a user types it, from a folder outside the checkout (``tmp``)."""
-    proc = CliProcess(["run", *common(tmp, hashed, cache), *args], tmp, environ or env())
+def cli(*argv: str, cwd: Path, environ: dict[str, str] | None = None, timeout: float = 300) -> Result:
+    """``allmem ARGV...`` (any command) run from ``cwd`` to its end; ``environ``: its whole environment
+    (default: this process's, as ``env()`` makes it)."""
+    proc = CliProcess(list(argv), cwd, environ or env())
     try:
         out, err = proc.communicate(timeout)
     except subprocess.TimeoutExpired:
@@ -137,6 +135,14 @@ def allmem_run(
         proc.wait()
         raise
     return Result(proc.wait(), out, err)
+
+
+def allmem_run(
+    tmp: Path, *args: str, environ: dict[str, str] | None = None, timeout: float = 300, hashed: bool = True,
+    cache: Path | None = None,
+) -> Result:  # fmt: skip
+    """``allmem run`` as a user types it, from a folder outside the checkout (``tmp``)."""
+    return cli("run", *common(tmp, hashed, cache), *args, cwd=tmp, environ=environ, timeout=timeout)
 
 
 def popen_run(tmp: Path, *args: str, environ: dict[str, str] | None = None) -> Any:

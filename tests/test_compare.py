@@ -5,25 +5,20 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from allmem import files
 from allmem.run import attempts, compare
-from tests.faultkit import FIXTURES, allmem_run, done_dir, env
+from tests.faultkit import FIXTURES, Result, allmem_run, cli, done_dir
 
 TINY = FIXTURES / "locomo_tiny.json"
 pytestmark = pytest.mark.slow
 
 
-def _compare(a: Path, b: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "allmem.cli", "compare", str(a), str(b)],
-        env=env(), capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+def _compare(a: Path, b: Path) -> Result:
+    return cli("compare", str(a), str(b), cwd=a.parent, timeout=120)
 
 
 def _edit_predictions(run: Path, change) -> None:  # noqa: ANN001 - a callable on one record
@@ -47,8 +42,8 @@ def test_two_runs_of_one_config_are_the_same(two_runs: tuple[Path, Path]) -> Non
     a, b = two_runs
     assert compare.same_result(a, b) == []
     res = _compare(a.parents[1], b.parents[1])  # two run roots: matched by relative path
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert f"{a.relative_to(a.parents[1]).as_posix()}: same" in res.stdout
+    assert res.rc == 0, res.out + res.err
+    assert f"{a.relative_to(a.parents[1]).as_posix()}: same" in res.out
 
 
 def test_changed_latency_is_the_same_result(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
@@ -58,7 +53,7 @@ def test_changed_latency_is_the_same_result(two_runs: tuple[Path, Path], tmp_pat
     metrics["wall_s_last_session"] = 999.0
     (copy / files.METRICS).write_text(json.dumps(metrics))
     res = _compare(two_runs[1], copy)
-    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.rc == 0, res.out + res.err
 
 
 def test_changed_prediction_differs(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
@@ -67,8 +62,8 @@ def test_changed_prediction_differs(two_runs: tuple[Path, Path], tmp_path: Path)
     diffs = compare.same_result(two_runs[1], copy)
     assert len(diffs) == 1 and diffs[0].startswith("predictions.jsonl.conv-1/conv-1:q0000@end.prediction:")
     res = _compare(two_runs[1], copy)
-    assert res.returncode == 1
-    assert "differs: predictions.jsonl.conv-1/conv-1:q0000@end.prediction" in res.stdout
+    assert res.rc == 1
+    assert "differs: predictions.jsonl.conv-1/conv-1:q0000@end.prediction" in res.out
 
 
 def test_a_changed_torch_version_is_named_first(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
@@ -91,15 +86,13 @@ def test_a_changed_torch_version_is_named_first(two_runs: tuple[Path, Path], tmp
     assert diffs[1].startswith("predictions.jsonl.conv-1/conv-1:q0000@end.prediction:")
     assert not any("torch" in d for d in diffs[1:])  # named once
     res = _compare(b, copy)
-    assert (
-        res.returncode == 1 and f"differs: manifest.json.packages: torch {torch_now} != 9.9.9" in res.stdout
-    )
+    assert res.rc == 1 and f"differs: manifest.json.packages: torch {torch_now} != 9.9.9" in res.out
 
 
 def test_a_run_in_one_root_only_is_missing(two_runs: tuple[Path, Path], tmp_path: Path) -> None:
     (tmp_path / "x").mkdir()
     res = _compare(two_runs[0].parents[1], tmp_path / "x")
-    assert res.returncode == 1 and ": missing" in res.stdout
+    assert res.rc == 1 and ": missing" in res.out
 
 
 def _rewrite(path: Path, change) -> None:  # noqa: ANN001 - a callable on the list of records

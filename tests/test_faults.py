@@ -20,7 +20,7 @@ import pytest
 
 from allmem import files
 from allmem.llm.ledger import price_run
-from tests.faultkit import FIXTURES, REPO, allmem_run, common, done_dir, env, popen_run, run_dirs
+from tests.faultkit import FIXTURES, REPO, allmem_run, cli, common, done_dir, env, popen_run, run_dirs
 from tests.llm_stub import StubLLM
 from tests.runkit import compose
 
@@ -136,12 +136,10 @@ def test_failed_questions_are_recorded_not_sealed_and_a_rerun_retries_exactly_th
         assert len(records) == N_TINY and len(failed) == 1 and "judge" not in failed[0]
         assert not (run_dir / files.DONE).exists()
         # the scorer and the report refuse it: a failed run never looks like a result
-        score = subprocess.run([sys.executable, "-m", "allmem.cli", "score", str(run_dir)], capture_output=True,
-                               text=True, cwd=tmp_path)  # fmt: skip
-        assert score.returncode == 2 and "failed" in score.stderr
-        report = subprocess.run([sys.executable, "-m", "allmem.cli", "report", str(tmp_path / "runs")],
-                                capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
-        assert report.returncode != 0 and "no complete run" in report.stderr
+        score = cli("score", str(run_dir), cwd=tmp_path)
+        assert score.rc == 2 and "failed" in score.err
+        report = cli("report", str(tmp_path / "runs"), cwd=tmp_path)
+        assert report.rc != 0 and "no complete run" in report.err
 
         n_before = stub.count
         second = allmem_run(tmp_path, *args, environ=_keyed())

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from allmem import files
+from tests.faultkit import cli
 from tests.llm_stub import StubLLM, default_verdict
 
 REPO = Path(__file__).resolve().parents[1]
@@ -23,18 +22,11 @@ KEY = "sk-e2e-SECRET-91b2"
 
 
 def _allmem_run(args: list[str], cwd: Path, env: dict[str, str]) -> Path:
-    proc = subprocess.run(
-        [sys.executable, "-m", "allmem.cli", "run", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert KEY not in proc.stdout + proc.stderr
-    done = [line for line in proc.stdout.splitlines() if line.startswith("[allmem] done: ")]
-    assert done, proc.stdout[-2000:]
+    proc = cli("run", *args, cwd=cwd, environ=env, timeout=600)
+    assert proc.rc == 0, proc.err[-4000:]
+    assert KEY not in proc.out + proc.err
+    done = [line for line in proc.out.splitlines() if line.startswith("[allmem] done: ")]
+    assert done, proc.out[-2000:]
     return Path(done[-1].removeprefix("[allmem] done: "))
 
 

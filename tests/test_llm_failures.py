@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-import subprocess
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
@@ -24,7 +22,7 @@ from allmem.llm import LLMError, build_llm, validate_llm_config
 from allmem.llm.cache import CachedReply, ResponseCache
 from allmem.llm.limiter import RateLimiter
 from allmem.llm.prompts import build_request
-from tests.faultkit import FIXTURES, allmem_run, done_dir, env, run_dirs
+from tests.faultkit import FIXTURES, allmem_run, cli, done_dir, env, run_dirs
 from tests.llm_stub import StubLLM
 
 KEY = "sk-trust-SECRET-5e2b"
@@ -339,6 +337,5 @@ def test_invalid_verdicts_are_counted_warned_about_and_flagged_in_the_footer(tmp
     (run,) = find_runs(tmp_path / "runs")
     note = f"4o-J invalid verdicts (not in its denominator): {run.label} 1/{N_TINY} (7.1% FLAGGED: above 2%)."
     assert f"*{note}*" in footer([run], "table1")
-    report = subprocess.run([sys.executable, "-m", "allmem.cli", "report", str(tmp_path / "runs")], cwd=tmp_path,
-                            env=env(), capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert report.returncode == 0 and f"*{note}*" in report.stdout, report.stderr[-2000:]
+    report = cli("report", str(tmp_path / "runs"), cwd=tmp_path, timeout=120)
+    assert report.rc == 0 and f"*{note}*" in report.out, report.err[-2000:]

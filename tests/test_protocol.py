@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,7 @@ from allmem.reader.framing import NOT_MENTIONED
 from allmem.report.tables import find_runs, main_table
 from allmem.run.runner import run
 from allmem.types import AnswerRequest
+from tests.faultkit import cli
 from tests.runkit import compose
 
 
@@ -60,20 +59,17 @@ def test_protocol_ks_are_honoured_by_the_run(ks_run):
 
 @pytest.mark.slow
 def test_score_command_and_report_use_the_runs_protocol(ks_run):
-    out = subprocess.run(
-        [sys.executable, "-m", "allmem.cli", "score", str(ks_run)], capture_output=True, text=True, check=True
-    )
-    printed = json.loads(out.stdout)
+    out = cli("score", str(ks_run), cwd=ks_run)
+    assert out.rc == 0, out.err[-2000:]
+    printed = json.loads(out.out)
     metrics = json.loads((ks_run / files.METRICS).read_text())
     assert printed == {k: metrics[k] for k in printed}
     table = main_table(find_runs(ks_run.parent.parent))
     assert "| R@2 | N@2 |" in table and "R@5" not in table
     # An explicit --ks rescoring says so, instead of silently using other cut-offs.
-    other = subprocess.run(
-        [sys.executable, "-m", "allmem.cli", "score", str(ks_run), "--ks", "1,5", "--table-k", "5"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    assert json.loads(other.stdout)["ks"] == [1, 5]
+    other = cli("score", str(ks_run), "--ks", "1,5", "--table-k", "5", cwd=ks_run)
+    assert other.rc == 0, other.err[-2000:]
+    assert json.loads(other.out)["ks"] == [1, 5]
 
 
 @pytest.mark.slow

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,18 +14,15 @@ import yaml
 
 from allmem import files
 from allmem.run import identity
-from tests.faultkit import FIXTURES, allmem_run, done_dir, env
+from tests.faultkit import FIXTURES, Result, allmem_run, cli, done_dir, env
 
 TINY = FIXTURES / "locomo_tiny.json"
 SECRET = "sk-h1-SECRET-4b2e"
 pytestmark = pytest.mark.slow
 
 
-def _report(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "allmem.cli", "report", *args],
-        env=env(**extra), capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+def _report(*args: str, **extra: str) -> Result:
+    return cli("report", *args, cwd=Path.cwd(), environ=env(**extra), timeout=120)
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +48,8 @@ def test_report_never_instantiates_a_stored_target(bm25_run: Path, tmp_path: Pat
     )
     res = _report(str(tmp_path / "runs"))
     assert not pwned.exists()
-    lines = [x for x in res.stderr.splitlines() if x.strip()]
-    assert res.returncode == 1 and len(lines) == 1, res.stderr
+    lines = [x for x in res.err.splitlines() if x.strip()]
+    assert res.rc == 1 and len(lines) == 1, res.err
     assert (
         lines[0].startswith("allmem report: error: ")
         and "config.yaml: protocol: unknown protocol" in lines[0]
@@ -66,8 +61,8 @@ def test_a_target_beside_a_valid_name_is_ignored(bm25_run: Path, tmp_path: Path)
     node = {"_target_": "os.makedirs", "name": "allmem", "ks": [1, 3, 5, 10], "table_k": 5}
     _copy(bm25_run, tmp_path / "runs", lambda c: c.update(protocol=node))
     res = _report(str(tmp_path / "runs"))
-    assert res.returncode == 0, res.stderr
-    assert "| bm25,embedder=hash | 60.85 |" in res.stdout
+    assert res.rc == 0, res.err
+    assert "| bm25,embedder=hash | 60.85 |" in res.out
 
 
 def test_a_stored_interpolation_is_never_resolved(
@@ -188,18 +183,15 @@ def test_a_table_from_runs_of_different_code_is_refused(
     shutil.copytree(bm25_run, root / "a")
     _set_code(shutil.copytree(bm25_run, root / "b"), code)
     res = _report(str(root))
-    lines = [x for x in res.stderr.splitlines() if x.strip() and "absl" not in x]
-    assert res.returncode == 1 and len(lines) == 1, res.stderr
+    lines = [x for x in res.err.splitlines() if x.strip() and "absl" not in x]
+    assert res.rc == 1 and len(lines) == 1, res.err
     assert lines[0].startswith("allmem report: error: 1 of 2 runs were made by other code than the rest")
     assert lines[0].endswith("delete them and run them again with this code") and f"{root / 'b'}" in lines[0]
-    assert _report(str(root), "--allow-mixed-code").returncode == 2  # no way around it: the option is gone
+    assert _report(str(root), "--allow-mixed-code").rc == 2  # no way around it: the option is gone
 
 
-def _targets(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "allmem.cli", "paper", "run", "table1", "--dry-run", *args],
-        env=env(), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+def _targets(*args: str) -> Result:
+    return cli("paper", "run", "table1", "--dry-run", *args, cwd=Path.cwd(), timeout=300)
 
 
 def test_make_targets_never_silently_reuse_runs_of_other_code(tmp_path: Path) -> None:
@@ -208,12 +200,12 @@ def test_make_targets_never_silently_reuse_runs_of_other_code(tmp_path: Path) ->
     root = tmp_path / "paper"
     made = write_experiment(root, "table1", lambda label, i: True)
     same = _targets("--runs", str(root))  # the second invocation with the same code reuses every run
-    assert same.returncode == 0 and "table1 on locomo: " in same.stdout and "nothing to run" in same.stdout
+    assert same.rc == 0 and "table1 on locomo: " in same.out and "nothing to run" in same.out
     manifest = json.loads((made[0] / files.MANIFEST).read_text())
     (made[0] / files.MANIFEST).write_text(json.dumps(manifest | {"code": "0123456789abcdef"}))
     res = _targets("--runs", str(root))
-    lines = [x for x in res.stderr.splitlines() if x.strip()]
-    assert res.returncode == 1 and len(lines) == 1, res.stderr
+    lines = [x for x in res.err.splitlines() if x.strip()]
+    assert res.rc == 1 and len(lines) == 1, res.err
     assert "1 of " in lines[0] and "made by other code than this code" in lines[0]
     assert lines[0].endswith("delete them and run them again with this code")
 
@@ -223,8 +215,8 @@ def test_make_targets_never_silently_reuse_runs_of_other_code(tmp_path: Path) ->
 
 def test_a_paper_target_without_runs_fails_in_one_line(tmp_path: Path) -> None:
     res = _report("table2", "--runs", str(tmp_path / "none"), "--out", str(tmp_path / "out"))
-    lines = [x for x in res.stderr.splitlines() if x.strip()]
-    assert res.returncode == 1 and len(lines) == 1, res.stderr
+    lines = [x for x in res.err.splitlines() if x.strip()]
+    assert res.rc == 1 and len(lines) == 1, res.err
     assert (
         lines[0]
         == f"allmem report: error: no complete run under {tmp_path / 'none'} for table2; run them first (make table2)"
@@ -237,9 +229,9 @@ def test_the_overview_names_incomplete_runs(bm25_run: Path, tmp_path: Path) -> N
     shutil.copytree(bm25_run, root / "done")
     (shutil.copytree(bm25_run, root / "half") / files.DONE).unlink()
     res = _report(str(root), "--out", str(tmp_path / "o.md"))
-    assert res.returncode == 0, res.stderr
-    assert f"- incomplete: {root / 'half'}" in res.stdout
-    assert (tmp_path / "o.md").read_text() == res.stdout.removesuffix("\n")
+    assert res.rc == 0, res.err
+    assert f"- incomplete: {root / 'half'}" in res.out
+    assert (tmp_path / "o.md").read_text() == res.out.removesuffix("\n")
 
 
 def test_the_provenance_names_the_embedder_the_run_used(bm25_run: Path) -> None:

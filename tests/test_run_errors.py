@@ -225,6 +225,7 @@ def test_a_limit_that_is_no_count_is_refused_before_the_run_exists(tmp_path, key
 def test_one_failing_point_does_not_stop_a_sweep(tmp_path, launcher):
     bad = tmp_path / "bad.json"
     bad.write_text("[" * 100_000 + "]" * 100_000)
+    # a program of its own, not faultkit's forked one: joblib's workers (loky) hang in a forkserver's child
     proc = subprocess.run(  # the failing point first; -m goes before the overrides
         [sys.executable, "-m", "allmem.cli", "run", "-m", *common(tmp_path), *launcher, "method=bm25",
          f"dataset.path={bad},{TINY}"], cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=300,

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,10 +18,10 @@ from allmem.reader.framing import NOT_MENTIONED
 from allmem.run import identity
 from allmem.run.runner import run
 from allmem.types import Question
+from tests.faultkit import CliProcess, cli, env
 from tests.runkit import compose
 
 REPO = Path(__file__).resolve().parents[1]
-ALLMEM = [sys.executable, "-m", "allmem.cli"]
 
 
 def _common(tmp: Path, cache: Path) -> list[str]:
@@ -92,12 +89,8 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path, cache_dir, locomo_path):
     common = [f"paths.cache_dir={cache_dir}", f"embedder.cache_dir={cache_dir / 'embeddings'}", "run.progress=false",
               "method=bm25", f"dataset.path={locomo_path}", "dataset.limit_dialogues=1",
               "dataset.limit_questions=40"]  # fmt: skip
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     killed_root, clean_root = tmp_path / "killed", tmp_path / "clean"
-    proc = subprocess.Popen(
-        [*ALLMEM, "run", f"run.root={killed_root}", "run.name=r", *common], cwd=REPO, env=env,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    proc = CliProcess(["run", f"run.root={killed_root}", "run.name=r", *common], REPO, env())
     preds = killed_root / "r" / files.PREDICTIONS
     deadline = time.time() + 240
     while time.time() < deadline and proc.poll() is None:
@@ -110,10 +103,9 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path, cache_dir, locomo_path):
     n_before = preds.read_text().count("\n")
     assert not (killed_root / "r" / files.DONE).exists()
 
-    subprocess.run([*ALLMEM, "run", f"run.root={killed_root}", "run.name=r", *common], cwd=REPO, env=env,
-                   check=True, capture_output=True)  # fmt: skip
-    subprocess.run([*ALLMEM, "run", f"run.root={clean_root}", "run.name=r", *common], cwd=REPO, env=env,
-                   check=True, capture_output=True)  # fmt: skip
+    for root in (killed_root, clean_root):
+        res = cli("run", f"run.root={root}", "run.name=r", *common, cwd=REPO)
+        assert res.rc == 0, res.err[-2000:]
     resumed = files.read_jsonl(preds)
     clean = files.read_jsonl(clean_root / "r" / files.PREDICTIONS)
     assert n_before < len(clean)
@@ -171,18 +163,22 @@ def test_two_options_is_seeded_and_holds_the_gold():
 @pytest.mark.slow
 def test_multirun_and_report(tmp_path, cache_dir, fixtures_dir):
     tiny = fixtures_dir / "locomo_tiny.json"
-    subprocess.run(
-        [*ALLMEM, "run", "-m", "method=bm25,full_history", f"dataset.path={tiny}", *_common(tmp_path, cache_dir)],
-        cwd=REPO, check=True, capture_output=True,
-    )  # fmt: skip
+    res = cli(
+        "run",
+        "-m",
+        "method=bm25,full_history",
+        f"dataset.path={tiny}",
+        *_common(tmp_path, cache_dir),
+        cwd=REPO,
+    )
+    assert res.rc == 0, res.err[-2000:]
     done = sorted(p.parent.name.split("-")[0].split(",")[0] for p in tmp_path.rglob(files.DONE))
     assert done == ["bm25", "full_history"]
-    out = subprocess.run(
-        [*ALLMEM, "report", str(tmp_path)], cwd=REPO, check=True, capture_output=True, text=True
-    )
+    out = cli("report", str(tmp_path), cwd=REPO)
+    assert out.rc == 0, out.err[-2000:]
     # rows are labelled by the run's name: the method and its overrides (here the hash embedder)
-    assert "| bm25,embedder=hash |" in out.stdout and "| full_history,embedder=hash |" in out.stdout
-    assert "offline" in out.stdout
+    assert "| bm25,embedder=hash |" in out.out and "| full_history,embedder=hash |" in out.out
+    assert "offline" in out.out
 
 
 def test_longmemeval_tiny_with_allmem(tmp_path, cache_dir, fixtures_dir):

@@ -6,8 +6,6 @@ what was missing. Tiny fixtures and the hash embedder: every run takes seconds."
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +14,7 @@ from allmem import files
 from allmem.cli import main as cli_main
 from allmem.errors import ConfigError
 from allmem.run import compare, parallel, shards
-from tests.faultkit import Result, allmem_run, common, done_dir, env
+from tests.faultkit import Result, allmem_run, cli, common, done_dir, env
 
 LME = ("+debug=default", "dataset=longmemeval_s", "method=allmem")  # 3 haystacks, ATC events and LLM calls
 
@@ -147,12 +145,9 @@ def test_a_dead_worker_or_shard_leaves_the_run_unsealed_and_the_rerun_completes_
 @pytest.mark.slow  # worker or shard processes
 def test_the_submitit_local_launcher_runs_two_shards_that_seal_one_run(tmp_path):
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
-    proc = subprocess.run(
-        [sys.executable, "-m", "allmem.cli", "run", "-m", *common(tmp_path), "+debug=default", "dataset=longmemeval_s",
-         "method=bm25", "hydra/launcher=submitit_local", "run.shard=1/2,2/2"],
-        cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    proc = cli("run", "-m", *common(tmp_path), "+debug=default", "dataset=longmemeval_s", "method=bm25",
+               "hydra/launcher=submitit_local", "run.shard=1/2,2/2", cwd=tmp_path, timeout=600)  # fmt: skip
+    assert proc.rc == 0, proc.err[-2000:]
     (run,) = [p.parent for p in (tmp_path / "runs").rglob(files.DONE)]
     assert len(_rows(run, files.PREDICTIONS)) == 3
     attempts = json.loads((run / files.MANIFEST).read_text())["attempts"]

@@ -4,20 +4,15 @@ relative paths and defaults point (W&B after sealing: tests/test_report_wandb.py
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.faultkit import FIXTURES, allmem_run, done_dir, env
+from tests.faultkit import FIXTURES, Result, allmem_run, cli, done_dir, env
 
 
-def _cli(cwd: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "allmem.cli", *args], cwd=cwd, env=env(**extra), capture_output=True, text=True,
-        timeout=300,
-    )  # fmt: skip
+def _cli(cwd: Path, *args: str, **extra: str) -> Result:
+    return cli(*args, cwd=cwd, environ=env(**extra), timeout=300)
 
 
 @pytest.mark.slow  # the CLI in a subprocess
@@ -28,8 +23,8 @@ def test_report_defaults_to_the_results_folder_allmem_run_writes(tmp_path: Path)
     cwd = tmp_path / "somewhere"
     cwd.mkdir()
     res = _cli(cwd, "report", "table2", ALLMEM_RESULTS=str(results))
-    lines = [x for x in res.stderr.splitlines() if x.strip()]
-    assert res.returncode == 1 and len(lines) == 1, res.stderr
+    lines = [x for x in res.err.splitlines() if x.strip()]
+    assert res.rc == 1 and len(lines) == 1, res.err
     assert f"no complete run under {results / 'runs' / 'paper'} for table2" in lines[0]
     assert not (cwd / "results").exists()
 
@@ -39,14 +34,14 @@ def test_a_relative_runs_folder_is_relative_to_the_current_folder_for_every_comm
     """``allmem report --runs rel`` and ``allmem paper --runs rel`` read ``<cwd>/rel``, as ``run.root=rel`` writes
     there (Hydra does not change directory)."""
     res = _cli(tmp_path, "report", "table2", "--runs", "rel", "--out", "out")
-    assert res.returncode == 1 and "no complete run under rel for table2" in res.stderr, res.stderr
+    assert res.rc == 1 and "no complete run under rel for table2" in res.err, res.err
     res = _cli(tmp_path, "paper", "list", "table4", "--runs", "rel")
-    assert res.returncode == 0, res.stderr
-    rows = res.stdout.splitlines()
-    assert rows and all(r.split()[-1] == "missing" for r in rows), res.stdout
+    assert res.rc == 0, res.err
+    rows = res.out.splitlines()
+    assert rows and all(r.split()[-1] == "missing" for r in rows), res.out
     res = _cli(tmp_path, "paper", "run", "table4", "--runs", "rel", "--dry-run")
-    assert res.returncode == 0, res.stderr
-    assert f"run.root={tmp_path / 'rel'}" in res.stdout
+    assert res.rc == 0, res.err
+    assert f"run.root={tmp_path / 'rel'}" in res.out
 
 
 def _imports(path: Path) -> set[str]:
