@@ -97,10 +97,10 @@ test-latest: ## The suite on the newest versions the ranges allow (throwaway ven
 # `make test-fast`: no test marked `slow`, i.e. none that loads the real LoCoMo or the real embedding model, starts a
 # subprocess (the CLI, workers, a script, make, a browser) or takes over ~10 s; tests/conftest.py marks the users of
 # the real data and model and fails an unmarked test that loads the model or starts a subprocess.
-# Both spread the tests over TEST_WORKERS processes (pytest-xdist; `auto`: one per core; 0: one process, in order),
-# a module's tests on one worker (--dist loadscope), so a module's fixtures are built once.
+# Both spread the tests over TEST_WORKERS processes (pytest-xdist; `auto`: one per core; 0: one process, in order);
+# an idle worker takes tests queued for a busy one (--dist worksteal), so one long module does not hold up the end.
 TEST_WORKERS ?= auto
-XDIST = $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist loadscope)
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist worksteal)
 test: $(STAMP) lint ## Lint, then every test but the real-model tier (slow ones included; offline; what CI runs)
 	$(PY) -m pytest $(XDIST)  # testpaths (pyproject.toml): tests/ and examples/
 

@@ -3,11 +3,13 @@
 Where the embedding model is not the point, a run uses allmem's model-free ``HashEmbedder`` (``embedder=hash``,
 the one the debug config uses) and takes seconds.
 
-Each ``allmem run`` is a process of its own (its own pid, working folder, environment, stdout, stderr, signals and
-exit status), started the way the ``allmem`` command starts it (``allmem.cli.main``), but forked from a warm
-interpreter: a forkserver (``multiprocessing``) imports the heavy third-party libraries every run imports once per
-test process, instead of each run paying ~4 s for them (nltk with scipy and scikit-learn under it, pandas, Hydra).
-allmem's own modules are imported in each run, after its environment is set.
+Each ``allmem`` command (``cli``, ``CliProcess``) is a process of its own (its own pid, working folder, environment,
+stdout, stderr, signals and exit status), started the way the ``allmem`` command starts it (``allmem.cli.main``),
+but forked from a warm interpreter: a forkserver (``multiprocessing``) imports the heavy third-party libraries every
+run imports once per test process, instead of each run paying ~4 s for them (nltk with scipy and scikit-learn under
+it, pandas, Hydra). allmem's own modules are imported in each run, after its environment is set. A run whose
+environment changes what an interpreter reads at start (``PYTHONHASHSEED``, ``PYTHONPATH``, thread counts) gets a
+new interpreter instead.
 """
 
 from __future__ import annotations
@@ -86,27 +88,49 @@ def _cli_process(argv: list[str], cwd: str, environ: dict[str, str], out: str, e
     sys.exit(code)
 
 
+def _read_at_start(key: str) -> bool:
+    """Whether the interpreter or a preloaded library reads this variable only when it starts (the hash seed,
+    the import path, thread pools): a forked process would keep the forkserver's value."""
+    return key.startswith("PYTHON") or key.endswith("_NUM_THREADS")
+
+
 class CliProcess:
-    """A running ``allmem`` process, with the part of ``subprocess.Popen``'s interface the tests use."""
+    """A running ``allmem`` process, with the part of ``subprocess.Popen``'s interface the tests use. It is forked
+    from the forkserver, or a new interpreter (``python -m allmem.cli``) where ``environ`` sets a variable read at
+    start (``PYTHONHASHSEED``, ...) to another value than this process has."""
 
     def __init__(self, argv: list[str], cwd: Path, environ: dict[str, str]) -> None:
         self.args = argv
         folder = Path(tempfile.mkdtemp(prefix="allmem-cli-"))
         self._out, self._err = folder / "stdout", folder / "stderr"
-        self._proc = _FORKS.Process(
-            target=_cli_process, args=(argv, str(cwd), environ, str(self._out), str(self._err))
-        )
-        self._proc.start()
-        self.pid: int = self._proc.pid  # type: ignore[assignment] - set by start()
+        fresh = any(environ.get(k) != os.environ.get(k) for k in {*environ, *os.environ} if _read_at_start(k))
+        self._proc: Any = None
+        self._popen: subprocess.Popen[bytes] | None = None
+        if fresh:
+            with self._out.open("wb") as out, self._err.open("wb") as err:
+                self._popen = subprocess.Popen(
+                    [sys.executable, "-m", "allmem.cli", *argv], cwd=cwd, env=environ, stdout=out, stderr=err
+                )
+            self.pid: int = self._popen.pid
+        else:
+            self._proc = _FORKS.Process(
+                target=_cli_process, args=(argv, str(cwd), environ, str(self._out), str(self._err))
+            )
+            self._proc.start()
+            self.pid = self._proc.pid
 
     @property
     def returncode(self) -> int | None:
+        if self._popen is not None:
+            return self._popen.poll()
         return self._proc.exitcode  # None while it runs; -N when signal N ended it, as Popen's
 
     def poll(self) -> int | None:
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
+        if self._popen is not None:
+            return self._popen.wait(timeout)
         self._proc.join(timeout)
         if self.returncode is None:
             raise subprocess.TimeoutExpired(self.args, timeout or 0)

@@ -8,8 +8,11 @@ can compute every mean, interval bound and paired p by hand.
 
 from __future__ import annotations
 
+import copy
 import json
+import os
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +22,21 @@ from allmem import files
 from allmem.fingerprint import source_fingerprint
 from allmem.memory.atc.summary import summarise_events
 from allmem.metrics import score_records
-from allmem.report.targets import _compose, sweep_points
+from allmem.report import targets
+from allmem.report.targets import sweep_points
 from allmem.run import identity
+
+
+@lru_cache(maxsize=256)
+def _composed(overrides: tuple[str, ...], user_configs: str | None) -> DictConfig:
+    return targets._compose(list(overrides))
+
+
+def _compose(overrides: Sequence[str]) -> DictConfig:
+    """The composed config of ``overrides`` (a copy: tests write the same experiments again and again, and Hydra
+    takes a quarter of a second per compose); keyed by the user's config folder too, which composing reads."""
+    return copy.deepcopy(_composed(tuple(overrides), os.environ.get("ALLMEM_CONFIG_PATH")))
+
 
 DIALOGUES = ("conv-26", "conv-44")  # one fit conversation, one held out
 CATEGORIES = (1, 2, 4, 4)  # per dialogue, question i has category CATEGORIES[i]
