@@ -94,6 +94,17 @@ def _read_at_start(key: str) -> bool:
     return key.startswith("PYTHON") or key.endswith("_NUM_THREADS")
 
 
+def _changes_start(key: str, value: str | None) -> bool:
+    """Whether a process forked from here would differ from one started with ``key=value``: a ``PYTHONPATH``
+    whose folders this interpreter (and so the forkserver) already imports from does not."""
+    if value == os.environ.get(key):
+        return False
+    if key == "PYTHONPATH" and value is not None:
+        here = {os.path.realpath(p) for p in sys.path if p}
+        return not all(os.path.realpath(p) in here for p in value.split(os.pathsep) if p)
+    return True
+
+
 class CliProcess:
     """A running ``allmem`` process, with the part of ``subprocess.Popen``'s interface the tests use. It is forked
     from the forkserver, or a new interpreter (``python -m allmem.cli``) where ``environ`` sets a variable read at
@@ -103,7 +114,7 @@ class CliProcess:
         self.args = argv
         folder = Path(tempfile.mkdtemp(prefix="allmem-cli-"))
         self._out, self._err = folder / "stdout", folder / "stderr"
-        fresh = any(environ.get(k) != os.environ.get(k) for k in {*environ, *os.environ} if _read_at_start(k))
+        fresh = any(_changes_start(k, environ.get(k)) for k in {*environ, *os.environ} if _read_at_start(k))
         self._proc: Any = None
         self._popen: subprocess.Popen[bytes] | None = None
         if fresh:
