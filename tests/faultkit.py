@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import multiprocessing
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -112,8 +113,8 @@ class CliProcess:
 
     def __init__(self, argv: list[str], cwd: Path, environ: dict[str, str]) -> None:
         self.args = argv
-        folder = Path(tempfile.mkdtemp(prefix="allmem-cli-"))
-        self._out, self._err = folder / "stdout", folder / "stderr"
+        self.folder = Path(tempfile.mkdtemp(prefix="allmem-cli-"))  # its stdout and stderr files
+        self._out, self._err = self.folder / "stdout", self.folder / "stderr"
         fresh = any(_changes_start(k, environ.get(k)) for k in {*environ, *os.environ} if _read_at_start(k))
         self._proc: Any = None
         self._popen: subprocess.Popen[bytes] | None = None
@@ -169,6 +170,8 @@ def cli(*argv: str, cwd: Path, environ: dict[str, str] | None = None, timeout: f
         proc.kill()
         proc.wait()
         raise
+    finally:
+        shutil.rmtree(proc.folder, ignore_errors=True)
     return Result(proc.wait(), out, err)
 
 

@@ -88,10 +88,8 @@ def write_run(
     overrides: Sequence[str],
     correct: Callable[[int], bool],
     tokens: Callable[[int], int] = lambda i: 200,
-    cfg: DictConfig | None = None,
 ) -> Path:
-    """A complete run of ``overrides`` (``cfg``: their composed config, when the caller has it already)."""
-    cfg = _compose(list(overrides)) if cfg is None else cfg
+    cfg = _compose(list(overrides))
     digest = identity.data_digest(cfg)
     path = (
         root
@@ -161,5 +159,5 @@ def write_experiment(
         digest = identity.config_hash(cfg, identity.data_digest(cfg))
         if list((root / "locomo").glob(f"*-{digest}")):
             continue  # the same configuration is shared by several experiments
-        out.append(write_run(root, overrides, lambda i, label=label: correct(label, i), cfg=cfg))
+        out.append(write_run(root, overrides, lambda i, label=label: correct(label, i)))
     return out
