@@ -55,7 +55,7 @@ NAME ?= sweep
 ARGS ?=
 SWEEPS ?= results/runs/sweeps
 
-.PHONY: help setup lock test-latest test test-fast llm-server llm-stop test-llm table1-llm bench-llm reproduce lint format clean bench bench-scale sweep site chromium mgw-data $(PAPER_TARGETS)
+.PHONY: help setup lock test-latest test test-fast test-durations llm-server llm-stop test-llm table1-llm bench-llm reproduce lint format clean bench bench-scale sweep site chromium mgw-data $(PAPER_TARGETS)
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-12s %s\n", $$1, $$2}'
@@ -99,6 +99,7 @@ test-latest: ## The suite on the newest versions the ranges allow (throwaway ven
 # the real data and model and fails an unmarked test that loads the model or starts a subprocess.
 # Both spread the tests over TEST_WORKERS processes (pytest-xdist; `auto`: one per core; 0: one process, in order);
 # an idle worker takes tests queued for a busy one (--dist worksteal), so one long module does not hold up the end.
+# The longest modules run first (tests/durations.json, written by `make test-durations`): the workers end together.
 TEST_WORKERS ?= auto
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist worksteal)
 test: $(STAMP) lint ## Lint, then every test but the real-model tier (slow ones included; offline; what CI runs)
@@ -106,6 +107,9 @@ test: $(STAMP) lint ## Lint, then every test but the real-model tier (slow ones 
 
 test-fast: $(STAMP) ## The suite without the slow tests (real LoCoMo or model, subprocesses, over ~10 s)
 	$(PY) -m pytest $(XDIST) -m "not slow and not llm"
+
+test-durations: $(STAMP) ## Run the suite and write each test's seconds to tests/durations.json (the order both tiers run in)
+	$(PY) -m pytest $(XDIST) --store-durations
 
 # llm=local: llama.cpp's server with a real model (allmem/llm/local_server.py; configs/llm/local.yaml holds the
 # model, port and context). LLM_ARGS: llm overrides, e.g. LLM_ARGS="llm.base_url=http://127.0.0.1:9000/v1".

@@ -13,14 +13,18 @@
   included; Hypothesis keeps no example database; and a test that leaves a new file in the checkout fails,
   naming it.
 - Heavy objects (the embedding model) are built once per session, lazily.
+- The run takes the longest modules first (``tests/durations.json``, ``make test-durations``), so pytest-xdist's
+  workers finish together; the order changes no result.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import tempfile
+from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,6 +36,12 @@ from tests.llm_stub import StubLLM
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 SLOW_FIXTURES = ("locomo_path", "embedder")  # the real LoCoMo file, the real MiniLM model
+# The order a run takes: the longest modules first, by the seconds their tests took when `make test-durations` last
+# wrote DURATIONS. pytest-xdist's workers then end on short tests, not one waiting on a long test the other has left
+# it. A test the file does not name counts as _UNTIMED_SLOW_S when marked slow (the marker's "about ten seconds").
+DURATIONS = REPO / "tests" / "durations.json"
+_TIMED_FROM = 0.5  # seconds: shorter tests are left out of the file (they run last, in pytest's order)
+_UNTIMED_SLOW_S = 10.0
 
 # Tool caches the test run itself writes (not the tests): left out of the checkout guard.
 _TOOL_DIRS = {".git", ".venv", "__pycache__", ".pytest_cache", ".ruff_cache", ".hypothesis"}
@@ -65,10 +75,53 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(_SESSION_TMP, ignore_errors=True)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--store-durations", action="store_true",
+        help=f"write each test's seconds (>= {_TIMED_FROM} s) to tests/{DURATIONS.name}: the order runs take",
+    )  # fmt: skip
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if any(name in getattr(item, "fixturenames", ()) for name in SLOW_FIXTURES):
             item.add_marker(pytest.mark.slow)
+    known = _durations()
+    # A module's tests stay together and in their order, so its module-scoped fixtures are set up once.
+    module: dict[str, float] = defaultdict(float)
+    for item in items:
+        module[item.path.as_posix()] += known.get(
+            item.nodeid, _UNTIMED_SLOW_S if item.get_closest_marker("slow") else 0.0
+        )
+    # stable: ties keep pytest's order
+    items.sort(key=lambda item: module[item.path.as_posix()], reverse=True)
+
+
+def _durations() -> dict[str, float]:
+    """``tests/durations.json``: test id -> seconds. It orders the run only, so a stale, missing or damaged file
+    changes no result (the run then keeps pytest's order for what it does not name)."""
+    try:
+        data = json.loads(DURATIONS.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: float(v) for k, v in data.items() if isinstance(k, str) and isinstance(v, int | float)}
+
+
+_timed: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _timed[report.nodeid] = _timed.get(report.nodeid, 0.0) + report.duration  # setup, call and teardown
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    writer = not hasattr(config, "workerinput")  # under xdist: the controller, which sees every report
+    if config.getoption("store_durations") and writer:
+        timed = {k: round(v, 1) for k, v in sorted(_timed.items()) if v >= _TIMED_FROM}
+        DURATIONS.write_text(json.dumps(timed, indent=0) + "\n", encoding="utf-8")
 
 
 def _checkout_paths() -> set[str]:

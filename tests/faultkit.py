@@ -7,7 +7,8 @@ Each ``allmem`` command (``cli``, ``CliProcess``) is a process of its own (its o
 stdout, stderr, signals and exit status), started the way the ``allmem`` command starts it (``allmem.cli.main``),
 but forked from a warm interpreter: a forkserver (``multiprocessing``) imports the heavy third-party libraries every
 run imports once per test process, instead of each run paying ~4 s for them (nltk with scipy and scikit-learn under
-it, pandas, Hydra). allmem's own modules are imported in each run, after its environment is set. A run whose
+it, pandas, Hydra), and loads tiktoken's encoding once (``tests/forkserver_warm.py``). allmem's own modules are
+imported in each run, after its environment is set. A run whose
 environment changes what an interpreter reads at start (``PYTHONHASHSEED``, ``PYTHONPATH``, thread counts) gets a
 new interpreter instead.
 """
@@ -62,9 +63,8 @@ def env(**extra: str) -> dict[str, str]:
     return base | {"HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"} | extra
 
 
-_PRELOAD = ["numpy", "pandas", "scipy.stats", "sklearn", "nltk", "yake", "omegaconf", "hydra", "onnxruntime"]
 _FORKS = multiprocessing.get_context("forkserver")
-_FORKS.set_forkserver_preload(_PRELOAD)
+_FORKS.set_forkserver_preload(["tests.forkserver_warm"])  # the libraries, and tiktoken's encoding
 
 
 def _cli_process(argv: list[str], cwd: str, environ: dict[str, str], out: str, err: str) -> None:

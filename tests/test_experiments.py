@@ -3,6 +3,7 @@ compose (the SLURM one is built, never submitted)."""
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,7 @@ def test_every_target_experiment_exists_and_the_order_names_only_them():
 def test_point_instantiates_and_answers_on_a_tiny_dialogue(
     experiment, point, fixtures_dir, tmp_path, embedder
 ):
-    dataset = compose(f"+experiment={experiment}").dataset.name  # LoCoMo unless the file names its own
+    dataset = _dataset_of(experiment)
     cfg = compose(f"+experiment={experiment}", f"dataset.path={fixtures_dir / f'{dataset}_tiny.json'}",
                     f"paths.cache_dir={tmp_path}", *point)  # fmt: skip
     for override in point:  # the sweep value reached the config
@@ -56,6 +57,12 @@ def test_point_instantiates_and_answers_on_a_tiny_dialogue(
             "paper runs keep banks under paths.cache_dir"
         )
         assert int(cfg.run.probe_queries) > 0
+
+
+@cache  # about 100 points over 15 experiments; a compose takes Hydra a quarter of a second
+def _dataset_of(experiment: str) -> str:
+    """The dataset an experiment file runs on: LoCoMo unless the file names its own."""
+    return str(compose(f"+experiment={experiment}").dataset.name)
 
 
 def _select(cfg, key: str):
