@@ -22,6 +22,7 @@ embedder's identity (``Embedder.identity``), so ONNX vectors never mix with torc
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -47,19 +48,23 @@ def _require(module: str) -> Any:
         ) from None
 
 
-def _export(model_path: Path, folder: Path, precision: str) -> None:
-    """Write ``model_fp32.onnx`` into ``folder``, and for int8 ``model_int8.onnx`` quantised from it."""
-    import torch
-
-    pooled = pooled_module(model_path)
-    ids = torch.ones((1, 8), dtype=torch.long)
+def _export(model_path: Path, folder: Path, precision: str, exported: Path | None = None) -> None:
+    """Write ``model_fp32.onnx`` into ``folder`` (``exported``: a copy of that file, exported before), and for
+    int8 ``model_int8.onnx`` quantised from it."""
     fp32 = folder / "model_fp32.onnx"
-    with torch.no_grad():
-        torch.onnx.export(
-            pooled, (ids, ids, torch.zeros_like(ids)), str(fp32), input_names=list(_INPUTS),
-            output_names=["embedding"], opset_version=_OPSET, dynamo=False,
-            dynamic_axes={n: {0: "batch", 1: "tokens"} for n in _INPUTS} | {"embedding": {0: "batch"}},
-        )  # fmt: skip
+    if exported is not None:
+        shutil.copyfile(exported, fp32)
+    else:
+        import torch
+
+        pooled = pooled_module(model_path)
+        ids = torch.ones((1, 8), dtype=torch.long)
+        with torch.no_grad():
+            torch.onnx.export(
+                pooled, (ids, ids, torch.zeros_like(ids)), str(fp32), input_names=list(_INPUTS),
+                output_names=["embedding"], opset_version=_OPSET, dynamo=False,
+                dynamic_axes={n: {0: "batch", 1: "tokens"} for n in _INPUTS} | {"embedding": {0: "batch"}},
+            )  # fmt: skip
     if precision == "int8":
         quantization = _require("onnxruntime.quantization")
         quantization.quantize_dynamic(
@@ -95,13 +100,18 @@ class OnnxEncoder:
         batching = self.batching if self.precision == "fp32" else "1x"
         return f"onnx-{self.precision}-{self.export_key[:8]}/{batching}-1t"
 
-    def _model_file(self) -> Path:
-        path = self.folder / f"model_{self.precision}.onnx"
+    def _model_file(self, precision: str | None = None) -> Path:
+        """The exported model of ``precision`` (default: this encoder's), made once under a lock. int8 is
+        quantised from the fp32 export, which is made first (one torch export serves both)."""
+        precision = precision or self.precision
+        folder = self.folder.with_name(f"{self.export_key}-{precision}")
+        path = folder / f"model_{precision}.onnx"
         if not path.exists():
-            with cache_store.locked(self.folder.with_name(f"{self.folder.name}.export")):
+            exported = self._model_file("fp32") if precision != "fp32" else None
+            with cache_store.locked(folder.with_name(f"{folder.name}.export")):
                 if not path.exists():
                     cache_store.write_folder(
-                        self.folder, lambda tmp: _export(self.model_path, tmp, self.precision)
+                        folder, lambda tmp: _export(self.model_path, tmp, precision, exported)
                     )
         return path
 
