@@ -7,8 +7,8 @@ Each ``allmem`` command (``cli``, ``CliProcess``) is a process of its own (its o
 stdout, stderr, signals and exit status), started the way the ``allmem`` command starts it (``allmem.cli.main``),
 but forked from a warm interpreter: a forkserver (``multiprocessing``) imports the heavy third-party libraries every
 run imports once per test process, instead of each run paying ~4 s for them (nltk with scipy and scikit-learn under
-it, pandas, Hydra), and loads tiktoken's encoding once (``tests/forkserver_warm.py``). allmem's own modules are
-imported in each run, after its environment is set. A run whose
+it, pandas, Hydra), and loads tiktoken's encoding once (``tests/forkserver_warm.py``). allmem's own modules,
+but for ``allmem.tokens`` and the few it imports, are imported in each run, after its environment is set. A run whose
 environment changes what an interpreter reads at start (``PYTHONHASHSEED``, ``PYTHONPATH``, thread counts) gets a
 new interpreter instead.
 """
