@@ -56,6 +56,8 @@ def compare(
         groups = [(OVERALL, frame)]
         if by_group:
             groups += [(str(g), part) for g, part in frame.groupby("group", sort=False)]
+        cols = [c for c in dict.fromkeys(_column(m) for m in metrics) if c in frame]
+        pairs = _Pairs(frame, ref, cols) if tests and ref is not None and label != reference else None
         for group, part in groups:
             for metric in metrics:
                 col = _column(metric)
@@ -68,24 +70,42 @@ def compare(
                        "delta": None, "p": None}  # fmt: skip
                 if ci is not None:
                     row.update(mean=100 * ci.mean, ci_low=100 * ci.low, ci_high=100 * ci.high, n=ci.n)
-                if tests and ref is not None and label != reference and ci is not None:
-                    row.update(_paired(part, ref, group, col))
+                if pairs is not None and ci is not None:
+                    row.update(pairs.paired(group, col))
                 rows.append(row)
     return pd.DataFrame(rows)
 
 
-def _paired(part: pd.DataFrame, ref: pd.DataFrame, group: str, col: str) -> dict[str, float | None]:
-    """Difference (this − reference, ×100) and the paired permutation p on the questions both answered."""
-    ref = ref[ref["included"]]
-    if group != OVERALL:
-        ref = ref[ref["group"].astype(str) == group]
-    joined = part[[*KEYS, col]].merge(ref[[*KEYS, col]], on=list(KEYS), suffixes=("", "_ref"))
-    a = joined[col].to_numpy(dtype=float)
-    b = joined[f"{col}_ref"].to_numpy(dtype=float)
-    keep = ~(np.isnan(a) | np.isnan(b))
-    if not keep.any():
-        return {"delta": None, "p": None}
-    return {"delta": 100 * float(np.mean(a[keep] - b[keep])), "p": stats.paired_permutation_p(a, b)}
+class _Pairs:
+    """One run's questions joined with the reference's on the question keys, once for every group and metric."""
+
+    def __init__(self, frame: pd.DataFrame, ref: pd.DataFrame, cols: Sequence[str]) -> None:
+        ref = ref[ref["included"]]
+        grouped = "group" in frame and "group" in ref
+        keep = [*KEYS, *(["group"] if grouped else []), *cols]
+        # an inner join keeps this run's row order, so each group's pairs come in the order the group's own
+        # join would give them (the permutation test's random signs are drawn by position)
+        self.joined = frame[keep].merge(ref[keep], on=list(KEYS), suffixes=("", "_ref"))
+        self.grouped = grouped
+        self._groups: dict[str, pd.DataFrame] = {OVERALL: self.joined}
+
+    def _group(self, group: str) -> pd.DataFrame:
+        if group not in self._groups:
+            if not self.grouped:
+                raise KeyError("group")
+            j = self.joined
+            self._groups[group] = j[(j["group"].astype(str) == group) & (j["group_ref"].astype(str) == group)]
+        return self._groups[group]
+
+    def paired(self, group: str, col: str) -> dict[str, float | None]:
+        """Difference (this − reference, ×100) and the paired permutation p on the questions both answered."""
+        joined = self._group(group)
+        a = joined[col].to_numpy(dtype=float)
+        b = joined[f"{col}_ref"].to_numpy(dtype=float)
+        keep = ~(np.isnan(a) | np.isnan(b))
+        if not keep.any():
+            return {"delta": None, "p": None}
+        return {"delta": 100 * float(np.mean(a[keep] - b[keep])), "p": stats.paired_permutation_p(a, b)}
 
 
 def fmt_ci(mean: float | None, low: float | None, high: float | None) -> str:
@@ -111,17 +131,25 @@ def fmt_delta(delta: float | None, p: float | None) -> str:
     return f"{delta:+.2f} (p {fmt_p(p)})"
 
 
-def cell(table: pd.DataFrame, label: str, metric: str, group: str = OVERALL, what: str = "ci") -> str:
-    """One formatted cell of a ``compare`` frame."""
-    hit = table[(table["label"] == label) & (table["metric"] == metric) & (table["group"] == group)]
-    if hit.empty:
-        return "n/a"
-    row = hit.iloc[0]
-    if what == "delta":
-        return fmt_delta(row["delta"], row["p"])
-    if what == "mean":
-        return "n/a" if pd.isna(row["mean"]) else f"{row['mean']:.2f}"
-    return fmt_ci(None if pd.isna(row["mean"]) else row["mean"], row["ci_low"], row["ci_high"])
+class Cells:
+    """The formatted cells of one ``compare`` frame, looked up by label, metric and group (the first such row)."""
+
+    def __init__(self, table: pd.DataFrame) -> None:
+        self._rows: dict[tuple[str, str, str], Any] = {}
+        if table.empty:
+            return
+        for row in table.to_dict("records"):
+            self._rows.setdefault((row["label"], row["metric"], row["group"]), row)
+
+    def __call__(self, label: str, metric: str, group: str = OVERALL, what: str = "ci") -> str:
+        row = self._rows.get((label, metric, group))
+        if row is None:
+            return "n/a"
+        if what == "delta":
+            return fmt_delta(row["delta"], row["p"])
+        if what == "mean":
+            return "n/a" if pd.isna(row["mean"]) else f"{row['mean']:.2f}"
+        return fmt_ci(None if pd.isna(row["mean"]) else row["mean"], row["ci_low"], row["ci_high"])
 
 
 def by_dialogue(

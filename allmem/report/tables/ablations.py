@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from allmem.report.compare import N_K, R_K, by_dialogue, cell, compare, metric_title
+from allmem.report.compare import N_K, R_K, Cells, by_dialogue, compare, metric_title
 from allmem.report.items import end_frame
 from allmem.report.runs import Run
 from allmem.report.tables import markdown
@@ -65,20 +65,19 @@ def markdown_for(table: pd.DataFrame, extra: pd.DataFrame, runs: Sequence[Run]) 
     metrics = [m for m in table_metrics(runs) if m in set(table["metric"])]
     labels = list(dict.fromkeys(table["label"]))
     header = ["Variant", *[metric_title(m) for m in metrics], "Visible % of N", "Stages 1-3 ms/query"]
+    cell = Cells(table)
     rows = []
     for label in labels:
         e = extra[extra["label"] == label].iloc[0]
         vis: Any = "–" if pd.isna(e["visible_pct"]) else f"{e['visible_pct']:.1f}"
         ms: Any = "–" if pd.isna(e["search_ms"]) else f"{e['search_ms']:.2f}"
-        rows.append(
-            [f"{LABELS.get(label, label)} (`{label}`)", *[cell(table, label, m) for m in metrics], vis, ms]
-        )
+        rows.append([f"{LABELS.get(label, label)} (`{label}`)", *[cell(label, m) for m in metrics], vis, ms])
     out = [markdown(header, rows)]
     if table["reference"].notna().any():
         out.append(
             "Difference to full All-Mem on the same questions (variant − allmem, points) and paired p:"
         )
-        rows = [[LABELS.get(label, label), *[cell(table, label, m, what="delta") for m in metrics]]
+        rows = [[LABELS.get(label, label), *[cell(label, m, what="delta") for m in metrics]]
                 for label in labels if label != REFERENCE]  # fmt: skip
         out.append(markdown(["Variant", *[metric_title(m) for m in metrics]], rows))
     return "\n\n".join(out)
@@ -124,8 +123,9 @@ def hybrid_markdown(table: pd.DataFrame) -> str:
             continue
         header = ["Variant", *[metric_title(m) for m in HYBRID_METRICS],
                   *[f"Δ{metric_title(m)}" for m in HYBRID_METRICS]]  # fmt: skip
-        rows = [[f"{HYBRID_LABELS.get(lab, lab)} (`{lab}`)", *[cell(part, lab, m) for m in HYBRID_METRICS],
-                 *[cell(part, lab, m, what="delta") if lab != HYBRID_REFERENCE else "–" for m in HYBRID_METRICS]]
+        cell = Cells(part)
+        rows = [[f"{HYBRID_LABELS.get(lab, lab)} (`{lab}`)", *[cell(lab, m) for m in HYBRID_METRICS],
+                 *[cell(lab, m, what="delta") if lab != HYBRID_REFERENCE else "–" for m in HYBRID_METRICS]]
                 for lab in labels]  # fmt: skip
         out += [
             f"### {subset.capitalize()} conversations ({int(part['n'].max())} questions)",

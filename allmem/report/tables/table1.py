@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from allmem.defaults import CONFIG_DIR
 from allmem.metrics.protocols import get_protocol
 from allmem.report import stats
-from allmem.report.compare import N_K, OVERALL, R_K, by_dialogue, cell, compare
+from allmem.report.compare import N_K, OVERALL, R_K, Cells, by_dialogue, compare
 from allmem.report.compare import metric_title as compare_title
 from allmem.report.items import end_frame
 from allmem.report.provenance import DATASET_TITLES
@@ -160,6 +160,7 @@ def markdown_for(table: pd.DataFrame, runs: Sequence[Run], dataset: str) -> str:
     labels = list(dict.fromkeys(table["label"]))
     title = DATASET_TITLES.get(dataset, dataset)
     all_rows = table[table["subset"] == "all"]
+    cell = Cells(all_rows)
     n_q = int(all_rows[(all_rows["group"] == OVERALL)]["n"].max() or 0)
     out = [f"## {title}: {n_q} questions"]
     if dataset == "longmemeval_s":
@@ -173,17 +174,13 @@ def markdown_for(table: pd.DataFrame, runs: Sequence[Run], dataset: str) -> str:
         n = all_rows[
             (all_rows["label"] == label) & (all_rows["group"] == OVERALL) & (all_rows["metric"] == "f1")
         ]
-        rows.append([label, *[cell(all_rows, label, m) for m in metrics], f"{tokens:.0f}",
+        rows.append([label, *[cell(label, m) for m in metrics], f"{tokens:.0f}",
                      int(n["n"].iloc[0]) if not n.empty else "n/a"])  # fmt: skip
     out.append(markdown(header, rows))
     if (all_rows["reference"].notna()).any():
         ref = all_rows["reference"].dropna().iloc[0]
         out.append(f"Difference to `{ref}` on the same questions (this − {ref}, points) and paired p:")
-        rows = [
-            [label, *[cell(all_rows, label, m, what="delta") for m in metrics]]
-            for label in labels
-            if label != ref
-        ]
+        rows = [[label, *[cell(label, m, what="delta") for m in metrics]] for label in labels if label != ref]
         out.append(markdown(["Method", *[metric_title(m) for m in metrics]], rows))
     else:
         out.append(f"No `{REFERENCE}` run among these, so no paired tests.")
@@ -191,16 +188,16 @@ def markdown_for(table: pd.DataFrame, runs: Sequence[Run], dataset: str) -> str:
     if groups:
         kind = "category" if dataset == "locomo" else "question type"
         for metric in [m for m in metrics if m in ("judge", "f1", R_K, N_K)]:
-            if all(cell(all_rows, lab, metric) == "n/a" for lab in labels):
+            if all(cell(lab, metric) == "n/a" for lab in labels):
                 continue
             names = [f"{g} {LOCOMO_CATEGORIES[g]}" if dataset == "locomo" and g in LOCOMO_CATEGORIES else g
                      for g in groups]  # fmt: skip
             out.append(f"### {metric_title(metric)} per {kind}")
-            rows = [[label, *[cell(all_rows, label, metric, group=g) for g in groups]] for label in labels]
+            rows = [[label, *[cell(label, metric, group=g) for g in groups]] for label in labels]
             both = dataset == "locomo" and views.ADVERSARIAL in groups  # overall with and without category 5
             if both:
-                no5 = table[table["subset"] == "no-cat5"]
-                rows = [[*row, cell(all_rows, label, metric, what="mean"), cell(no5, label, metric, what="mean")]
+                no5 = Cells(table[table["subset"] == "no-cat5"])
+                rows = [[*row, cell(label, metric, what="mean"), no5(label, metric, what="mean")]
                         for row, label in zip(rows, labels, strict=True)]  # fmt: skip
             out.append(markdown(["Method", *names, *(["overall", "overall w/o 5"] if both else [])], rows))
     if (table["subset"] == "no-cat5").any():
@@ -217,7 +214,8 @@ def markdown_for(table: pd.DataFrame, runs: Sequence[Run], dataset: str) -> str:
         if not n:
             continue
         out.append(f"### {subset.capitalize()}: {what}")
-        rows = [[label, *[cell(part, label, m) for m in metrics], *[cell(part, label, m, what="delta") for m in ("f1", R_K)]]
+        in_part = Cells(part)
+        rows = [[label, *[in_part(label, m) for m in metrics], *[in_part(label, m, what="delta") for m in ("f1", R_K)]]
                 for label in labels]  # fmt: skip
         out.append(
             markdown(

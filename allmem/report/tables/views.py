@@ -16,7 +16,7 @@ import pandas as pd
 
 from allmem.metrics import errata as errata_mod
 from allmem.metrics.protocols import validate_record
-from allmem.report.compare import cell, compare, metric_title
+from allmem.report.compare import Cells, compare, metric_title
 from allmem.report.items import JUDGE, end_frame
 from allmem.report.runs import Run
 from allmem.report.tables import markdown
@@ -95,8 +95,9 @@ def markdown_section(table: pd.DataFrame, metrics: Sequence[str]) -> str:
     shown = [m for m in metrics if m in ("judge", "f1") or m.startswith(("R@", "N@"))]
     header = ["Method", *[f"{metric_title(m)} ({TITLES[s]})" for m in shown for s in VIEWS], "errata n"]
     rows = []
+    by_view = {s: Cells(table[table["subset"] == s]) for s in VIEWS}
     for label in labels:
-        cells = [cell(table[table["subset"] == s], label, m, what="mean") for m in shown for s in VIEWS]
+        cells = [by_view[s](label, m, what="mean") for m in shown for s in VIEWS]
         n = table.loc[table["label"] == label, "affected"].dropna()
         rows.append([label, *cells, int(n.iloc[0]) if not n.empty else 0])
     return (
