@@ -16,6 +16,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+# A run.workers process (allmem/run/parallel.py) and the forkserver it is forked from hold each native library's
+# pool at one thread: these variables are set before the libraries are imported.
+ONE_THREAD_ENV = {
+    "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+}  # fmt: skip
+
 _POOLS: dict[str, list[Any]] = {}  # user_api ("blas", "openmp") -> threadpoolctl controllers
 
 

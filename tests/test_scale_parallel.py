@@ -255,3 +255,25 @@ def test_a_worker_is_handed_one_longmemeval_span_not_the_file():
     assert len(one) == 1 and one[0] == data[1]
     assert pickle.loads(blob)[0] == data[1]
     assert data[1].sessions[0].turns[0].text.encode() not in blob  # spans, not text
+
+
+def test_a_worker_takes_the_parents_environment_and_folder_as_they_are_when_its_pool_starts(
+    tmp_path, monkeypatch
+):
+    """Workers are forked from a forkserver that lives as long as the parent: each pool's workers still see the
+    parent's environment and folder of that moment (not the forkserver's), with one native thread per pool."""
+    import os
+
+    cfg = {"run": {"progress": True}}
+    for mark, folder in (("first", tmp_path / "a"), ("second", tmp_path / "b")):
+        folder.mkdir()
+        monkeypatch.chdir(folder)
+        monkeypatch.setenv("ALLMEM_TEST_MARK", mark)
+        monkeypatch.setenv("OMP_NUM_THREADS", "7")
+        pool = parallel._pool(1, cfg)
+        try:
+            seen = [pool.submit(fn, *args).result(timeout=120) for fn, *args in (
+                (os.getenv, "ALLMEM_TEST_MARK"), (os.getcwd,), (os.getenv, "OMP_NUM_THREADS"))]  # fmt: skip
+        finally:
+            pool.shutdown()
+        assert seen == [mark, str(folder), "1"]

@@ -1,7 +1,8 @@
 """The dialogues of one run in ``run.workers`` processes, with one writer.
 
-Each worker process (``spawn``: torch is not fork-safe) keeps one embedder and one BLAS/OpenMP/torch thread,
-takes one dialogue at a time and writes everything that dialogue makes into its own part folder,
+Each worker process (forked from a forkserver that imported the heavy libraries once, ``_pool``) keeps one embedder
+and one BLAS/OpenMP/torch thread, takes one dialogue at a time and writes everything that dialogue makes into its
+own part folder,
 ``<run_dir>/parts/<index>/``: the run files by their usual names (``predictions.jsonl``, ``system_stats.jsonl``,
 ``calls.jsonl`` from its own ledger, ``atc_events.jsonl`` and saved banks from its own memory system). The
 parent is the one writer of the run files: it appends each finished part to them strictly in the dataset's
@@ -42,6 +43,7 @@ from omegaconf import DictConfig, OmegaConf
 from allmem import files
 from allmem.errors import ConfigError
 from allmem.run import asking
+from allmem.threads import ONE_THREAD_ENV
 from allmem.types import Dialogue, record_key
 
 log = logging.getLogger("allmem.run")
@@ -49,8 +51,8 @@ log = logging.getLogger("allmem.run")
 # The files a part holds and the parent appends to the run's own, in this order.
 # A part's contexts.jsonl.gz is gzip members, whole after its torn tail is cut: appending them is concatenating.
 _MERGED = (files.PREDICTIONS, files.SYSTEM_STATS, files.CALLS, files.EVENTS, files.CONTEXTS)
-# Thread pools of the native libraries a worker may load, held at one thread (set before they are imported).
-_ONE_THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TOKENIZERS_PARALLELISM")
+# What the forkserver imports once before it forks the workers (``allmem.run.worker_preload``).
+PRELOAD = "allmem.run.worker_preload"
 
 
 def workers(cfg: DictConfig) -> int:
@@ -246,10 +248,16 @@ def _merge_outcome(
 
 
 def _pool(n: int, cfg_data: dict[str, Any]) -> ProcessPoolExecutor:
+    """``n`` workers forked from a forkserver: a new interpreter, started once per process, that has imported the
+    libraries every worker needs (``allmem.run.worker_preload``); not ``fork`` (torch, the parent's threads) and
+    not ``spawn`` (each worker paid those imports again). A worker takes the parent's environment and folder as
+    they are now (``_init``), not as they were when the forkserver started."""
     import multiprocessing
 
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([PRELOAD])
     return ProcessPoolExecutor(
-        n, mp_context=multiprocessing.get_context("spawn"), initializer=_init, initargs=(cfg_data,)
+        n, mp_context=context, initializer=_init, initargs=(cfg_data, dict(os.environ), os.getcwd())
     )
 
 
@@ -267,11 +275,13 @@ def _stop(pool: ProcessPoolExecutor) -> None:
 _STATE: dict[str, Any] = {}
 
 
-def _init(cfg_data: dict[str, Any]) -> None:
-    """Per worker process: one native thread per pool, Ctrl-C left to the parent, the config (no bars of its
-    own)."""
-    for key in _ONE_THREAD_ENV:
-        os.environ[key] = "false" if key == "TOKENIZERS_PARALLELISM" else "1"
+def _init(cfg_data: dict[str, Any], environ: dict[str, str], cwd: str) -> None:
+    """Per worker process: the parent's environment and folder, one native thread per pool, Ctrl-C left to the
+    parent, the config (no bars of its own)."""
+    os.environ.clear()
+    os.environ.update(environ)
+    os.environ.update(ONE_THREAD_ENV)
+    os.chdir(cwd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the pool and records the attempt
     from threadpoolctl import threadpool_limits
 
