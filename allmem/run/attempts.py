@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
+from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 from types import TracebackType
@@ -108,14 +109,17 @@ def _git() -> dict[str, Any]:
         return {"sha": None, "dirty": None}
 
 
-def _versions(names: Iterable[str]) -> dict[str, str | None]:
+@lru_cache(maxsize=4)
+def _installed(names: tuple[str, ...]) -> tuple[tuple[str, str | None], ...]:
+    """Each package's installed version, read once per process (a multirun seals many runs; reading the
+    metadata of some thirty packages takes tens of milliseconds)."""
     out: dict[str, str | None] = {}
     for name in names:
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             out[name] = None
-    return out
+    return tuple(out.items())
 
 
 def provenance(data_files: Iterable[Path], backend: dict[str, Any]) -> dict[str, Any]:
@@ -123,7 +127,7 @@ def provenance(data_files: Iterable[Path], backend: dict[str, Any]) -> dict[str,
     return {
         "git": _git(),
         "data": {str(p): files.sha256_file(p) for p in data_files if Path(p).is_file()},
-        "packages": _versions(_declared_packages()),
+        "packages": dict(_installed(tuple(_declared_packages()))),
         "code": source_fingerprint(),  # the sources that can change a result (allmem.fingerprint)
         "records": RECORD_VERSION,  # which fields the run's files hold (allmem.types)
         "python": sys.version.split()[0],
