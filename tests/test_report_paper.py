@@ -33,7 +33,8 @@ def _check_figure(png: Path, name: str) -> None:
     pixels = image.imread(png)[..., :3]
     drawn = (pixels < 0.9).any(axis=-1).mean()  # share of pixels that are not white or near it
     assert 0.01 < drawn < 0.6, (png, drawn)
-    colours = len(np.unique(pixels.reshape(-1, 3), axis=0))
+    rgb = np.rint(pixels.reshape(-1, 3) * 255).astype(np.uint32)  # 8-bit channels: one integer per colour
+    colours = len(np.unique(rgb @ np.array([1 << 16, 1 << 8, 1], dtype=np.uint32)))
     assert colours > 50, (png, colours)  # lines, text and colours, not a flat image
     pdf = png.with_suffix(".pdf").read_bytes()
     assert pdf.startswith(b"%PDF-") and len(re.findall(rb"/Type\s*/Page\b(?!s)", pdf)) == 1, png
