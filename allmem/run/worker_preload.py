@@ -4,7 +4,9 @@ third-party libraries every worker imports, each native thread pool held at one 
 Each worker used to be a new interpreter paying about 3 s of CPU for these imports (nltk, with scikit-learn,
 scipy and pandas under it, most of it); a run now pays them once, in the forkserver. Left out: torch (its thread
 pools are not safe across a fork), onnxruntime (it starts a thread when imported, and imports in a tenth of a
-second) and allmem's own modules but ``allmem.threads`` (a worker imports them after it has taken the parent's environment).
+second) and allmem's own modules but ``allmem.threads`` (a worker imports them after it has taken the parent's
+environment). The one thread these imports leave running is the background thread of pyarrow's allocator
+(jemalloc, under pandas), which jemalloc's own fork handlers make safe to fork.
 """
 
 from __future__ import annotations
