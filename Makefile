@@ -101,7 +101,7 @@ test-latest: ## The suite on the newest versions the ranges allow (throwaway ven
 # tests queued for a busy one (--dist worksteal), so one long module does not hold up the end. The longest modules
 # run first (tests/durations.json, written by `make test-durations`): the workers end together. The default is one
 # worker per core and one more: many tests wait (on a stub's delay, a rate limit, a subprocess), and the extra
-# worker uses the core they leave idle (2 cores: make test's pytest 7:29 against 8:22 with one per core).
+# worker uses the core they leave idle.
 TEST_WORKERS ?= $(shell $(PY) -c 'import os; print(os.cpu_count() + 1)')
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),-p no:xdist,-n $(TEST_WORKERS) --dist worksteal)
 test: $(STAMP) lint ## Lint, then every test but the real-model tier (slow ones included; offline; what CI runs)

@@ -257,6 +257,7 @@ def test_a_worker_is_handed_one_longmemeval_span_not_the_file():
     assert data[1].sessions[0].turns[0].text.encode() not in blob  # spans, not text
 
 
+@pytest.mark.slow  # worker processes (a forkserver: an interpreter that imports the heavy libraries)
 def test_a_worker_takes_the_parents_environment_and_folder_as_they_are_when_its_pool_starts(
     tmp_path, monkeypatch
 ):

@@ -136,8 +136,6 @@ class Cells:
 
     def __init__(self, table: pd.DataFrame) -> None:
         self._rows: dict[tuple[str, str, str], Any] = {}
-        if table.empty:
-            return
         for row in table.to_dict("records"):
             self._rows.setdefault((row["label"], row["metric"], row["group"]), row)
 
