@@ -191,6 +191,35 @@ def test_split_embeds_only_sentences_that_form_two_groups() -> None:
     assert calls == [sents]
 
 
+def test_split_leaves_units_of_more_than_max_groups_unembedded() -> None:
+    """Five unrelated facts form five standalone groups and are segmented; a sixth makes the unit too many groups
+    for Split (``split_max_groups`` = 5): nothing is embedded and the text stays one segment."""
+    facts = [
+        "I went hiking at Zion on Saturday.",
+        "My sister works as a nurse.",
+        "Our kitchen sink started leaking yesterday.",
+        "Melanie adopted a grey kitten.",
+        "The pottery class moved to Thursdays.",
+        "My brother bought a used pickup truck.",
+    ]
+    calls: list[list[str]] = []
+
+    def spy(texts: list[str]) -> np.ndarray:
+        calls.append(list(texts))
+        return np.eye(8, dtype=np.float64)[: len(texts)]  # orthogonal: every pair of segments has cosine 0
+
+    assert CAL.split_max_groups == 5
+    five, six = " ".join(facts[:5]), " ".join(facts)
+    assert split_sentences_to_embed(unit("u", five, 1), ("split",), CAL) == facts[:5]
+    p, why, segs = split_confidence(unit("u", five, 1), spy, CAL)
+    assert (p, segs, calls) == (0.99, facts[:5], [facts[:5]])
+    calls.clear()
+    assert split_sentences_to_embed(unit("u", six, 1), ("split",), CAL) == []
+    assert split_confidence(unit("u", six, 1), spy, CAL) == (0.0, "one topic", [six]) and calls == []
+    wider = Calibration(names=CAL.names, split_max_groups=6)
+    assert split_confidence(unit("u", six, 1), spy, wider)[2] == facts and calls == [facts]
+
+
 # ---------------------------------------------------------------- diagnose
 
 

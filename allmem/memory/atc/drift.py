@@ -26,6 +26,7 @@ and on LoCoMo's fit conversations only (``fit_dialogues`` of ``configs/dataset/l
   strong cue, two statements naming the same values (names, numbers) are a rewording, never an Update.
 - Split: a segment with fewer than ``split_min_content`` content words is attached to its neighbour, never
   split off; p falls as the most similar pair of segments gets closer (max centroid cosine between segments).
+  A unit of more than ``split_max_groups`` such groups is not segmented (it is not embedded either).
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ class Calibration:
     split_sep: tuple[float, float] = (0.35, 0.15)  # max between-segment cosine: lower is more separable
     split_join: float = 0.35  # adjacent segments at least this similar are one topic
     split_min_content: int = 3
+    split_max_groups: int = 5  # more standalone groups: not segmented (see SEGMENT_MAX_SENTENCES's comment)
     names: frozenset[str] = field(default_factory=frozenset)  # lower-cased speaker names (addressees)
 
 
@@ -261,6 +263,13 @@ def update_confidence(cur: UnitView, old: UnitView, cal: Calibration) -> tuple[f
 # Longer units are not segmented offline: joining groups is quadratic in sentences (a 1 MB turn, ~10k sentences,
 # took minutes), and no dialogue turn or merged unit comes near (LoCoMo's longest unit has a few dozen).
 SEGMENT_MAX_SENTENCES = 256
+# Nor are units of more than ``Calibration.split_max_groups`` standalone groups, counted before anything is embedded.
+# Split's p needs every pair of segments far apart (the max pairwise centroid cosine), and the pairs grow with the
+# square of the segments, so a unit of many groups does not reach the default theta (0.9); yet its sentences were
+# most of the offline write path's embedding time on LongMemEval-length turns (issue 32). Fitted with every Split
+# proposal logged on LoCoMo's fit conversations (871 candidates, 2 to 5 groups; p >= 0.9 only at 2 or 3) and on
+# the bench-scale haystacks (302 candidates, 2 to 30+ groups; p >= 0.9 only at 2 to 5, none at 6 or more, where
+# 82% of the sentences were): 5 is the smallest cap that keeps every Split that passes the default theta there.
 
 
 def _standalone_groups(sents: list[str], cal: Calibration) -> list[list[int]]:
@@ -287,21 +296,22 @@ def _standalone_groups(sents: list[str], cal: Calibration) -> list[list[int]]:
 @lru_cache(maxsize=8192)
 def _segment_plan(text: str, cal: Calibration) -> tuple[tuple[str, ...], tuple[tuple[int, ...], ...]]:
     """``text``'s sentences and their standalone groups, or two empty tuples when there is nothing to segment (one
-    sentence, more than ``SEGMENT_MAX_SENTENCES``, or one group). Cached: a pure function of its arguments, asked
+    sentence, more than ``SEGMENT_MAX_SENTENCES``, one group or more than ``split_max_groups``). Cached: a pure function of its arguments, asked
     for each focal unit by the consolidator's prefetch, by ``diagnose`` and by ``segment`` (the grouping re-reads
     the content words of every growing group, most of the offline diagnosis's own CPU)."""
     sents = tx.sentences(text)
     if not 2 <= len(sents) <= SEGMENT_MAX_SENTENCES:
         return (), ()
     groups = _standalone_groups(sents, cal)
-    if len(groups) < 2:
+    if not 2 <= len(groups) <= cal.split_max_groups:
         return (), ()
     return tuple(sents), tuple(tuple(g) for g in groups)
 
 
 def segment_sentences(text: str, cal: Calibration) -> list[str]:
     """The sentences ``segment`` embeds for ``text``: none when it has one sentence or more than
-    ``SEGMENT_MAX_SENTENCES``, or when its sentences form one group before any similarity is measured."""
+    ``SEGMENT_MAX_SENTENCES``, or when its sentences form one group (or more than ``split_max_groups``) before any
+    similarity is measured."""
     return list(_segment_plan(text, cal)[0])
 
 
