@@ -44,3 +44,32 @@ def test_the_bench_composes_the_config_in_a_fresh_interpreter():
     assert {"workers", "shard"} <= set(got["keys"])
     assert got["int8"] == "onnx_int8"
     assert got["torch"] == "torch" and got["default"] == "onnx_fp32"
+
+
+def _bench_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_scale", REPO / "scripts" / "bench_scale.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_the_projection_pays_each_process_once_per_task_and_each_turn_once(capsys):
+    """Two methods worked out by hand: W = 100 + 50 ms per turn, Q = 2000 + 1000 ms per question, F = 10 + 5 s per
+    task. P = 2: (15 + (150 x 250,000 + 3000 x 500) / 1000 / 2) / 3600 = 19,515 / 3600 = 5.42 h; P = 32:
+    (15 + 39,000 / 32) / 3600 = 0.34 h. All-in (150 + 80 ms per turn spread over 250,000 turns): 7.99 h and 0.50 h.
+    The slowest haystack: 100 ms x 500 turns + 2 s = 52 s."""
+    rows = {
+        "a": {"steady_ms": 100.0, "question_ms": 2000.0, "fixed_s": 10.0, "cpu_ms": 150.0},
+        "b": {"steady_ms": 50.0, "question_ms": 1000.0, "fixed_s": 5.0, "cpu_ms": 80.0},
+    }
+    _bench_module().projection(rows, "minilm", None, "cold caches")
+    out = capsys.readouterr().out
+    assert "sum W = 150.0 ms per turn, sum Q = 3000 ms per question, sum F = 15.0 s per task" in out
+    assert "P=2   (2 cores): 5.42 h  (all-in CPU ms per turn, 230.0: 7.99 h)" in out
+    assert (
+        "P=32  (32-core node or a SLURM array of 32 tasks): 0.34 h  (all-in CPU ms per turn, 230.0: 0.50 h)"
+        in out
+    )
+    assert "of the slowest method (a): 52 s" in out
