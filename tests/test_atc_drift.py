@@ -239,3 +239,37 @@ def test_diagnose_builds_a_merge_clique_and_respects_ops() -> None:
     props = diagnose(focal, [dup, dup2, other], None, CAL, ops=("update",))
     assert all(p.op == "update" for p in props)
     assert diagnose(focal, [dup], None, CAL, ops=()) == []
+
+
+def test_the_group_cap_fit_keeps_every_split_that_reaches_theta(capsys) -> None:
+    """``scripts/fit_split_groups.py``'s rule on two hand-built candidates: a two-group unit of orthogonal facts
+    (p = 0.99) and a six-group one. When the six facts are orthogonal too, its Split reaches theta and the cap must
+    be 6; when they all embed alike they join into one segment (p = 0) and the cap is 2."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "fit_split_groups.py"
+    spec = importlib.util.spec_from_file_location("fit_split_groups", path)
+    fit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit)
+    six = [
+        "I went hiking at Zion on Saturday.",
+        "My sister works as a nurse.",
+        "Our kitchen sink started leaking yesterday.",
+        "Melanie adopted a grey kitten.",
+        "The pottery class moved to Thursdays.",
+        "My brother bought a used pickup truck.",
+    ]
+    texts = [(" ".join(six[:2]), CAL.names), (" ".join(six), CAL.names)]
+
+    def orthogonal(ts: list[str]) -> np.ndarray:
+        return np.eye(8, dtype=np.float32)[: len(ts)]
+
+    def alike(ts: list[str]) -> np.ndarray:
+        return np.ones((len(ts), 8), dtype=np.float32)
+
+    assert fit.table("orthogonal", texts, orthogonal, 0.9) == 6
+    assert fit.table("alike", texts, alike, 0.9) == 2
+    out = capsys.readouterr().out
+    assert "smallest cap keeping every p >= 0.9: 6 groups; sentences above it: 0 (0%)" in out
+    assert "smallest cap keeping every p >= 0.9: 2 groups; sentences above it: 6 (75%)" in out

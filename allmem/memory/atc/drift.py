@@ -265,11 +265,12 @@ def update_confidence(cur: UnitView, old: UnitView, cal: Calibration) -> tuple[f
 SEGMENT_MAX_SENTENCES = 256
 # Nor are units of more than ``Calibration.split_max_groups`` standalone groups, counted before anything is embedded.
 # Split's p needs every pair of segments far apart (the max pairwise centroid cosine), and the pairs grow with the
-# square of the segments, so a unit of many groups does not reach the default theta (0.9); yet its sentences were
-# most of the offline write path's embedding time on LongMemEval-length turns (issue 32). Fitted with every Split
-# proposal logged on LoCoMo's fit conversations (871 candidates, 2 to 5 groups; p >= 0.9 only at 2 or 3) and on
-# the bench-scale haystacks (302 candidates, 2 to 30+ groups; p >= 0.9 only at 2 to 5, none at 6 or more, where
-# 82% of the sentences were): 5 is the smallest cap that keeps every Split that passes the default theta there.
+# square of the segments, so a unit of many groups does not reach the default theta (``atc.theta``); yet their
+# sentences were most of the offline write path's embedding time on LongMemEval-length turns. Fitted on every
+# candidate of LoCoMo's fit conversations (871, 2 to 5 groups; p >= theta only at 2 or 3) and of the bench-scale
+# haystacks (302, 2 to 24 groups; p >= theta only at 2 to 5, none at 6 or more, where 82% of the sentences were):
+# 5 is the smallest cap that keeps every Split reaching the default theta on both. ``scripts/fit_split_groups.py``
+# prints both tables and the cap.
 
 
 def _standalone_groups(sents: list[str], cal: Calibration) -> list[list[int]]:
