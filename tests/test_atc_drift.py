@@ -191,17 +191,21 @@ def test_split_embeds_only_sentences_that_form_two_groups() -> None:
     assert calls == [sents]
 
 
+# Six unrelated facts: six standalone groups, one more than ``Calibration.split_max_groups``.
+SIX_FACTS = [
+    "I went hiking at Zion on Saturday.",
+    "My sister works as a nurse.",
+    "Our kitchen sink started leaking yesterday.",
+    "Melanie adopted a grey kitten.",
+    "The pottery class moved to Thursdays.",
+    "My brother bought a used pickup truck.",
+]
+
+
 def test_split_leaves_units_of_more_than_max_groups_unembedded() -> None:
     """Five unrelated facts form five standalone groups and are segmented; a sixth makes the unit too many groups
     for Split (``split_max_groups`` = 5): nothing is embedded and the text stays one segment."""
-    facts = [
-        "I went hiking at Zion on Saturday.",
-        "My sister works as a nurse.",
-        "Our kitchen sink started leaking yesterday.",
-        "Melanie adopted a grey kitten.",
-        "The pottery class moved to Thursdays.",
-        "My brother bought a used pickup truck.",
-    ]
+    facts = SIX_FACTS
     calls: list[list[str]] = []
 
     def spy(texts: list[str]) -> np.ndarray:
@@ -252,14 +256,7 @@ def test_the_group_cap_fit_keeps_every_split_that_reaches_theta(capsys) -> None:
     spec = importlib.util.spec_from_file_location("fit_split_groups", path)
     fit = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fit)
-    six = [
-        "I went hiking at Zion on Saturday.",
-        "My sister works as a nurse.",
-        "Our kitchen sink started leaking yesterday.",
-        "Melanie adopted a grey kitten.",
-        "The pottery class moved to Thursdays.",
-        "My brother bought a used pickup truck.",
-    ]
+    six = SIX_FACTS
     texts = [(" ".join(six[:2]), CAL.names), (" ".join(six), CAL.names)]
 
     def orthogonal(ts: list[str]) -> np.ndarray:
