@@ -3,11 +3,13 @@ sentence groups a unit may have and still be segmented (and its sentences embedd
 
 Every turn is a single-record unit, so every turn with two or more groups is a Split candidate at ATC time. For each
 candidate of LoCoMo's fit conversations (``fit_dialogues`` of ``configs/dataset/locomo.yaml``; the held-out five are
-never read) and of a generated LongMemEval-format file (``scripts/make_longmemeval.py``, the ``make bench-scale``
-size), this segments the turn with no cap and the default embedder, and prints per group count: candidates, their
-sentences, and how many reach Split's p at the default theta (``atc.theta`` of ``configs/method/allmem.yaml``) and
-at lower thresholds. The fitted cap is the smallest group count that keeps every candidate reaching the default
-theta on both; the printed share of sentences above it is the embedding it saves.
+never read) and of a generated LongMemEval-format file (``scripts/make_longmemeval.py``: template text, not
+LongMemEval-s itself, which cannot be downloaded here), this segments the turn with no cap and the default
+embedder, and prints per group count: candidates, their sentences, and how many reach Split's p at the lowest theta
+that Fig. 4 sweeps (``configs/experiment/fig4_theta.yaml``) and at the default (``atc.theta`` / ``atc.theta_split``
+of ``configs/method/allmem.yaml``). The fitted cap is the smallest group count that keeps every candidate reaching
+the default theta on both; the cap each threshold would need and the share of sentences above the fitted cap (the
+embedding it saves) are printed too. The output is also written to ``--log``.
 
     .venv/bin/python scripts/fit_split_groups.py [--data PATH] [--questions 3] [--sessions 10] [--seed 0]
 """
@@ -15,6 +17,7 @@ theta on both; the printed share of sentences above it is the embedding it saves
 from __future__ import annotations
 
 import argparse
+import contextlib
 import subprocess
 import sys
 import tempfile
@@ -25,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-THRESHOLDS = (0.6, 0.9)  # fig4_theta's lowest theta and the default, for the printed columns
+LOG = ROOT / "results" / "fits" / "fit_split_groups.log"
 
 
 def names_of(turns: list) -> frozenset[str]:
@@ -42,8 +45,25 @@ def candidates(dialogues: Iterable) -> list[tuple[str, frozenset[str]]]:
     return out
 
 
-def table(label: str, texts: list[tuple[str, frozenset[str]]], embed, theta: float) -> int:
-    """Print the candidates by group count; return the smallest cap keeping every p >= theta."""
+def thresholds() -> tuple[float, float]:
+    """(the lowest theta Fig. 4 sweeps, the default Split threshold), from their config files."""
+    import yaml
+
+    from allmem.defaults import paper
+    from allmem.memory.atc.config import ATCConfig
+
+    sweep = yaml.safe_load((ROOT / "configs" / "experiment" / "fig4_theta.yaml").read_text())
+    lowest = min(float(t) for t in str(sweep["hydra"]["sweeper"]["params"]["atc.theta"]).split(","))
+    return lowest, paper(ATCConfig).threshold("split")
+
+
+def needed_cap(ps_by_groups: dict[int, list[float]], theta: float) -> int | None:
+    """The smallest group count keeping every candidate with p >= theta; None when no candidate reaches it."""
+    return max((g for g, ps in ps_by_groups.items() if any(p >= theta for p in ps)), default=None)
+
+
+def table(label: str, texts: list[tuple[str, frozenset[str]]], embed, ths: tuple[float, float]) -> int | None:
+    """Print the candidates by group count; return the cap the default theta (``ths[-1]``) needs."""
     from allmem.memory.atc.drift import (
         SEGMENT_MAX_SENTENCES,
         Calibration,
@@ -64,19 +84,24 @@ def table(label: str, texts: list[tuple[str, frozenset[str]]], embed, theta: flo
         sents[len(groups)] += len(plan_sents)
     total = sum(sents.values())
     print(f"\n## {label}: {sum(map(len, by.values()))} candidates, {total} sentences")
-    print(
-        f"{'groups':>6}{'units':>7}{'sentences':>11}" + "".join(f"{'p >= ' + str(t):>11}" for t in THRESHOLDS)
-    )
+    if not by:
+        print("no Split candidates")
+        return None
+    print(f"{'groups':>6}{'units':>7}{'sentences':>11}" + "".join(f"{'p >= ' + str(t):>11}" for t in ths))
     for g in sorted(by):
         print(
-            f"{g:>6}{len(by[g]):>7}{sents[g]:>11}"
-            + "".join(f"{sum(p >= t for p in by[g]):>11}" for t in THRESHOLDS)
+            f"{g:>6}{len(by[g]):>7}{sents[g]:>11}" + "".join(f"{sum(p >= t for p in by[g]):>11}" for t in ths)
         )
-    cap = max((g for g in by if any(p >= theta for p in by[g])), default=2)
-    above = sum(n for g, n in sents.items() if g > cap)
-    print(
-        f"smallest cap keeping every p >= {theta}: {cap} groups; sentences above it: {above} ({above / total:.0%})"
-    )
+    for t in ths:
+        cap = needed_cap(by, t)
+        print(
+            f"theta {t}: "
+            + ("no candidate reaches it" if cap is None else f"every p >= {t} kept by a cap of {cap}")
+        )
+    cap = needed_cap(by, ths[-1])
+    if cap is not None:
+        above = sum(n for g, n in sents.items() if g > cap)
+        print(f"sentences above a cap of {cap}: {above} ({above / total:.0%})")
     return cap
 
 
@@ -88,9 +113,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--sessions", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--log", type=Path, default=LOG, help="copy of the output (default: %(default)s)")
     a = ap.parse_args(argv)
+    a.log.parent.mkdir(parents=True, exist_ok=True)
+    with a.log.open("w") as log, contextlib.redirect_stdout(_Tee(sys.stdout, log)):
+        return fit(a)
 
-    import yaml
+
+def fit(a: argparse.Namespace) -> int:
     from hydra import compose, initialize_config_dir
 
     import allmem.paths  # noqa: F401 - registers the resolvers the configs use
@@ -100,7 +130,6 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.locomo import load_locomo
     from benchmarks.longmemeval import load_longmemeval
 
-    theta = float(yaml.safe_load((ROOT / "configs" / "method" / "allmem.yaml").read_text())["atc"]["theta"])
     with initialize_config_dir(config_dir=str(ROOT / "configs"), version_base=None):
         cfg = compose("config")
     embedder = build_embedder(cfg)
@@ -108,9 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     def embed(texts: list[str]) -> np.ndarray:
         return np.asarray(embedder.encode(list(texts)), dtype=np.float32)
 
-    fit = set(fit_split("locomo"))
-    locomo = [d for d in load_locomo(resolve_data_path("locomo", a.data)) if d.id in fit]
-    caps = [table(f"LoCoMo fit conversations {sorted(fit)}", candidates(locomo), embed, theta)]
+    ths = thresholds()
+    fit_ids = set(fit_split("locomo"))
+    locomo = [d for d in load_locomo(resolve_data_path("locomo", a.data)) if d.id in fit_ids]
+    caps = [table(f"LoCoMo fit conversations {sorted(fit_ids)}", candidates(locomo), embed, ths)]
     with tempfile.TemporaryDirectory() as tmp:
         lme = Path(tmp) / "lme.json"
         subprocess.run(
@@ -119,9 +149,28 @@ def main(argv: list[str] | None = None) -> int:
             check=True, stdout=subprocess.DEVNULL,
         )  # fmt: skip
         label = f"generated LongMemEval-format file ({a.questions} haystacks x {a.sessions} sessions, seed {a.seed})"
-        caps.append(table(label, candidates(load_longmemeval(lme)), embed, theta))
-    print(f"\nsplit_max_groups = {max(caps)}")
+        caps.append(table(label, candidates(load_longmemeval(lme)), embed, ths))
+    found = [c for c in caps if c is not None]
+    print(
+        f"\nsplit_max_groups = {max(found)}" if found else "\nno candidate reaches the default theta: no cap"
+    )
     return 0
+
+
+class _Tee:
+    """Standard output copied to the log file."""
+
+    def __init__(self, *streams) -> None:  # noqa: ANN002
+        self.streams = streams
+
+    def write(self, text: str) -> int:
+        for s in self.streams:
+            s.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        for s in self.streams:
+            s.flush()
 
 
 if __name__ == "__main__":

@@ -248,7 +248,8 @@ def test_diagnose_builds_a_merge_clique_and_respects_ops() -> None:
 def test_the_group_cap_fit_keeps_every_split_that_reaches_theta(capsys) -> None:
     """``scripts/fit_split_groups.py``'s rule on two hand-built candidates: a two-group unit of orthogonal facts
     (p = 0.99) and a six-group one. When the six facts are orthogonal too, its Split reaches theta and the cap must
-    be 6; when they all embed alike they join into one segment (p = 0) and the cap is 2."""
+    be 6; when every sentence embeds alike, both units join into one segment (p = 0): no candidate reaches theta and
+    there is no cap to fit."""
     import importlib.util
     from pathlib import Path
 
@@ -256,8 +257,7 @@ def test_the_group_cap_fit_keeps_every_split_that_reaches_theta(capsys) -> None:
     spec = importlib.util.spec_from_file_location("fit_split_groups", path)
     fit = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fit)
-    six = SIX_FACTS
-    texts = [(" ".join(six[:2]), CAL.names), (" ".join(six), CAL.names)]
+    texts = [(" ".join(SIX_FACTS[:2]), CAL.names), (" ".join(SIX_FACTS), CAL.names)]
 
     def orthogonal(ts: list[str]) -> np.ndarray:
         return np.eye(8, dtype=np.float32)[: len(ts)]
@@ -265,8 +265,10 @@ def test_the_group_cap_fit_keeps_every_split_that_reaches_theta(capsys) -> None:
     def alike(ts: list[str]) -> np.ndarray:
         return np.ones((len(ts), 8), dtype=np.float32)
 
-    assert fit.table("orthogonal", texts, orthogonal, 0.9) == 6
-    assert fit.table("alike", texts, alike, 0.9) == 2
+    assert fit.table("orthogonal", texts, orthogonal, (0.6, 0.9)) == 6
+    assert fit.table("alike", texts, alike, (0.6, 0.9)) is None
     out = capsys.readouterr().out
-    assert "smallest cap keeping every p >= 0.9: 6 groups; sentences above it: 0 (0%)" in out
-    assert "smallest cap keeping every p >= 0.9: 2 groups; sentences above it: 6 (75%)" in out
+    assert "theta 0.9: every p >= 0.9 kept by a cap of 6" in out
+    assert "sentences above a cap of 6: 0 (0%)" in out
+    assert "theta 0.9: no candidate reaches it" in out
+    assert fit.needed_cap({2: [0.95, 0.1], 3: [0.7], 7: [0.2]}, 0.6) == 3  # worked out by hand

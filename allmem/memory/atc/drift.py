@@ -10,7 +10,8 @@ anchors: the feature value at which the evidence is "even" (p = 0.5) and the val
 capped by vetoes. So p >= 0.9 means every feature reached its "safe" anchor and no veto fired; theta = 0.7 means
 every feature is at least halfway between "even" and "safe". The anchors live in :class:`Calibration`; they were
 set on the synthetic drift corpus (``benchmarks.synthetic_drift``, calibration seed 0, never the test seeds)
-and on LoCoMo's fit conversations only (``fit_dialogues`` of ``configs/dataset/locomo.yaml``). Vetoes and their caps:
+and on LoCoMo's fit conversations only (``fit_dialogues`` of ``configs/dataset/locomo.yaml``); ``split_max_groups``
+also on a generated LongMemEval-format file (``scripts/fit_split_groups.py``). Vetoes and their caps:
 
 - Merge: different speakers -> 0; conflicting values (each side names a number or name the other lacks), a
   negation on one side only, or a strong change cue in the newer unit -> 0.4 (that is an Update, not a copy).
@@ -90,7 +91,7 @@ class Calibration:
     split_sep: tuple[float, float] = (0.35, 0.15)  # max between-segment cosine: lower is more separable
     split_join: float = 0.35  # adjacent segments at least this similar are one topic
     split_min_content: int = 3
-    split_max_groups: int = 5  # more standalone groups: not segmented (see SEGMENT_MAX_SENTENCES's comment)
+    split_max_groups: int = 5  # more standalone groups: not segmented (see after SEGMENT_MAX_SENTENCES)
     names: frozenset[str] = field(default_factory=frozenset)  # lower-cased speaker names (addressees)
 
 
@@ -265,12 +266,13 @@ def update_confidence(cur: UnitView, old: UnitView, cal: Calibration) -> tuple[f
 SEGMENT_MAX_SENTENCES = 256
 # Nor are units of more than ``Calibration.split_max_groups`` standalone groups, counted before anything is embedded.
 # Split's p needs every pair of segments far apart (the max pairwise centroid cosine), and the pairs grow with the
-# square of the segments, so a unit of many groups does not reach the default theta (``atc.theta``); yet their
-# sentences were most of the offline write path's embedding time on LongMemEval-length turns. Fitted on every
-# candidate of LoCoMo's fit conversations (871, 2 to 5 groups; p >= theta only at 2 or 3) and of the bench-scale
-# haystacks (302, 2 to 24 groups; p >= theta only at 2 to 5, none at 6 or more, where 82% of the sentences were):
-# 5 is the smallest cap that keeps every Split reaching the default theta on both. ``scripts/fit_split_groups.py``
-# prints both tables and the cap.
+# square of the segments, so a unit of many groups seldom reaches theta; yet their sentences were most of the offline
+# write path's embedding time on LongMemEval-length turns. ``scripts/fit_split_groups.py`` segments every candidate
+# with no cap, on LoCoMo's fit conversations and on a generated LongMemEval-format file, and takes the smallest cap
+# that keeps every candidate reaching the default theta on both (its output: results/fits/fit_split_groups.log).
+# Limits: the long turns are template text, not LongMemEval-s; at Fig. 4's lowest theta a few generated units above
+# the cap would have passed (the log's other column). On LoCoMo (all ten conversations) one turn has more groups,
+# proposed at p far below any theta swept, so no LoCoMo prediction or score depends on the cap.
 
 
 def _standalone_groups(sents: list[str], cal: Calibration) -> list[list[int]]:
@@ -297,9 +299,10 @@ def _standalone_groups(sents: list[str], cal: Calibration) -> list[list[int]]:
 @lru_cache(maxsize=8192)
 def _segment_plan(text: str, cal: Calibration) -> tuple[tuple[str, ...], tuple[tuple[int, ...], ...]]:
     """``text``'s sentences and their standalone groups, or two empty tuples when there is nothing to segment (one
-    sentence, more than ``SEGMENT_MAX_SENTENCES``, one group or more than ``split_max_groups``). Cached: a pure function of its arguments, asked
-    for each focal unit by the consolidator's prefetch, by ``diagnose`` and by ``segment`` (the grouping re-reads
-    the content words of every growing group, most of the offline diagnosis's own CPU)."""
+    sentence, more than ``SEGMENT_MAX_SENTENCES``, one group or more than ``split_max_groups``). Cached: a pure
+    function of its arguments, asked for each focal unit by the consolidator's prefetch, by ``diagnose`` and by
+    ``segment`` (the grouping re-reads the content words of every growing group, most of the offline diagnosis's
+    own CPU)."""
     sents = tx.sentences(text)
     if not 2 <= len(sents) <= SEGMENT_MAX_SENTENCES:
         return (), ()
@@ -326,7 +329,7 @@ def segment(text: str, embed: Embed, cal: Calibration) -> tuple[list[str], float
 
     Sentences that cannot stand alone join a neighbour first (``_standalone_groups``); then adjacent groups whose
     centroids are at least ``split_join`` similar are joined, most similar pair first, until no pair qualifies.
-    Sentences are embedded only when there are two groups to compare (``segment_sentences``).
+    Sentences are embedded only when there are 2 to ``split_max_groups`` groups (``segment_sentences``).
     """
     plan_sents, plan_groups = _segment_plan(text, cal)
     if not plan_sents:
