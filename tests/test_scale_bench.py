@@ -73,3 +73,22 @@ def test_the_projection_pays_each_process_once_per_task_and_each_turn_once(capsy
         in out
     )
     assert "of the slowest method (a): 52 s" in out
+
+
+def test_cost_terms_leave_out_the_first_dialogue_and_failed_questions():
+    """Worked out by hand. Steady: dialogues 2 and 3, (2.0 + 2.0) s over 40 turns = 100 ms per turn (the first,
+    with its warm-up, is left out). Questions: the two answered ones take 100 + 50 + 850 ms; the failed one has no
+    latencies and is skipped. Fixed: 20 s of wall time less 100 ms x 50 turns and 1 s x 2 questions = 13 s; a run
+    whose phases add up to more than its wall time gets 0, not a negative cost."""
+    stats = [
+        {"turns": 10, "ingest_s": 1.0, "end_stream_s": 1.0},
+        {"turns": 20, "ingest_s": 1.5, "end_stream_s": 0.5},
+        {"turns": 20, "ingest_s": 1.0, "end_stream_s": 1.0},
+    ]
+    ok = {"error": None, "latency_ms": {"retrieve": 100.0, "pack": 50.0, "generate": 850.0, "embed": 9.0}}
+    failed = {"error": "answer: no reply", "latency_ms": {}}
+    bench = _bench_module()
+    got = bench.cost_terms(20.0, stats, [ok, failed, ok])
+    assert got == {"steady_ms": 100.0, "question_ms": 1000.0, "questions": 2, "fixed_s": 13.0}
+    assert bench.cost_terms(5.0, stats, [ok, ok])["fixed_s"] == 0.0
+    assert bench.cost_terms(5.0, stats, [])["question_ms"] == 0.0
