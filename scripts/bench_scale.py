@@ -168,11 +168,8 @@ def measure(args: list[str], root: Path, cache: Path, seed: Path | None = None) 
     }  # fmt: skip
 
 
-QUESTION_PHASES = (
-    "retrieve",
-    "pack",
-    "generate",
-)  # a question's own time (allmem.run.pipeline.answer_question)
+# A question's own time: the latencies allmem.run.pipeline.answer_question records around its three steps.
+QUESTION_PHASES = ("retrieve", "pack", "generate")
 
 
 def cost_terms(

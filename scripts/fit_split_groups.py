@@ -9,15 +9,15 @@ embedder, and prints per group count: candidates, their sentences, and how many 
 that Fig. 4 sweeps (``configs/experiment/fig4_theta.yaml``) and at the default (``atc.theta`` / ``atc.theta_split``
 of ``configs/method/allmem.yaml``). The fitted cap is the smallest group count that keeps every candidate reaching
 the default theta on both; the cap each threshold would need and the share of sentences above the fitted cap (the
-embedding it saves) are printed too. The output is also written to ``--log``.
+embedding it saves) are printed too. Its committed output is ``results/fits/fit_split_groups.log``:
 
+    .venv/bin/python scripts/fit_split_groups.py | tee results/fits/fit_split_groups.log
     .venv/bin/python scripts/fit_split_groups.py [--data PATH] [--questions 3] [--sessions 10] [--seed 0]
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import subprocess
 import sys
 import tempfile
@@ -28,7 +28,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-LOG = ROOT / "results" / "fits" / "fit_split_groups.log"
 
 
 def names_of(turns: list) -> frozenset[str]:
@@ -113,14 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--sessions", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--log", type=Path, default=LOG, help="copy of the output (default: %(default)s)")
     a = ap.parse_args(argv)
-    a.log.parent.mkdir(parents=True, exist_ok=True)
-    with a.log.open("w") as log, contextlib.redirect_stdout(_Tee(sys.stdout, log)):
-        return fit(a)
 
-
-def fit(a: argparse.Namespace) -> int:
     from hydra import compose, initialize_config_dir
 
     import allmem.paths  # noqa: F401 - registers the resolvers the configs use
@@ -155,22 +148,6 @@ def fit(a: argparse.Namespace) -> int:
         f"\nsplit_max_groups = {max(found)}" if found else "\nno candidate reaches the default theta: no cap"
     )
     return 0
-
-
-class _Tee:
-    """Standard output copied to the log file."""
-
-    def __init__(self, *streams) -> None:  # noqa: ANN002
-        self.streams = streams
-
-    def write(self, text: str) -> int:
-        for s in self.streams:
-            s.write(text)
-        return len(text)
-
-    def flush(self) -> None:
-        for s in self.streams:
-            s.flush()
 
 
 if __name__ == "__main__":
