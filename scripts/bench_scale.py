@@ -13,7 +13,9 @@ in the same run, and the load average before and after.
    ``embedding_cache``). Two times per turn: ``run`` is the run's whole wall time (the manifest's ``wall_s``:
    imports, model load, questions) over its turns; ``steady`` is the write path (``ingest_s + end_stream_s`` of
    ``system_stats.jsonl``) of every dialogue after the first, over their turns, which is what a run of 500
-   haystacks pays per turn.
+   haystacks pays per turn. And the write path's embedding work: tokens per turn the model read for the texts the
+   store did not hold, and slots per turn, the positions of the forward passes that carried them (padding to the
+   length bucket and dummy rows included: ``allmem.embed_batch``), counted in the run's process (``counted_run``).
 3. The same runs in sequence on one shared cache, as the jobs of a sweep (``make paper``) share it: a text
    another method embedded (a rendered turn, a descriptor, a Split sentence) is read from the content-addressed
    store, and the share of such hits is printed (``--no-shared`` skips this part).
@@ -21,7 +23,8 @@ in the same run, and the load average before and after.
    processes) over one process, for ``--par-method``.
 5. The projected wall time of a full LongMemEval-s Table 1 (500 haystacks, ~250,000 turns) at 2 and 32 cores, cold
    and shared, with the formula printed: each method's steady time per turn, time per question and fixed cost per
-   process (``projection``).
+   process (``projection``); then the same at 32 cores with every method's W cut to its tokens' share of its slots
+   (what no batching scheme beats), and the sum of W that 1 h at 32 cores needs.
 
     python scripts/bench_scale.py                                   # make bench-scale
     python scripts/bench_scale.py --fraction 0.004 --sessions 10 --methods naive_rag allmem
@@ -31,6 +34,7 @@ in the same run, and the load average before and after.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -80,7 +84,61 @@ def load_average() -> str:
         return "unknown"
 
 
-def start(args: list[str], cache: Path, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+COUNTED = "--counted-run"  # the child mode that runs `allmem run` and tallies the embedder's forward passes
+
+
+def tally_pass(tally: dict[str, int], p: Any) -> None:
+    """Add one forward pass (``allmem.embed_batch.Pass``) to ``tally``: its texts, their tokens (the attention mask
+    of their rows) and its slots (every position of every row)."""
+    tally["texts"] += len(p.texts)
+    tally["tokens"] += int(p.attention_mask[: len(p.texts)].sum())
+    tally["slots"] += int(p.input_ids.size)
+
+
+def counted_run(out: Path, args: list[str]) -> int:
+    """``allmem run args`` in this process, tallying the embedder's forward passes (any backend) made while a
+    dialogue is written (``allmem.run.pipeline.ingest``, questions asked mid-stream left out), the path the steady
+    time per turn measures: the texts, their tokens and the passes' slots (rows x length: padding and dummy rows
+    included). Written to ``out`` as JSON when the run ends. Passes are counted where they run, so only texts the
+    cache did not hold; workers' passes run in other processes and are not counted (the timed runs use none)."""
+    from allmem import embed, embed_onnx
+    from allmem.cli import main as allmem_main
+    from allmem.run import pipeline
+
+    tally = {"texts": 0, "tokens": 0, "slots": 0}
+    writing = [False]
+
+    def counting(run: Any) -> Any:
+        def wrapped(self: Any, p: Any) -> Any:
+            if writing[0]:
+                tally_pass(tally, p)
+            return run(self, p)
+
+        return wrapped
+
+    def phase(fn: Any, on: bool) -> Any:
+        def wrapped(*a: Any, **kw: Any) -> Any:
+            was, writing[0] = writing[0], on
+            try:
+                return fn(*a, **kw)
+            finally:
+                writing[0] = was
+
+        return wrapped
+
+    embed_onnx.OnnxEncoder.run = counting(embed_onnx.OnnxEncoder.run)  # type: ignore[method-assign]
+    embed.Embedder._torch_pass = counting(embed.Embedder._torch_pass)  # type: ignore[method-assign]
+    pipeline.ingest = phase(pipeline.ingest, True)  # type: ignore[assignment]
+    pipeline.answer_question = phase(pipeline.answer_question, False)  # type: ignore[assignment]
+    try:
+        return allmem_main(args)
+    finally:
+        out.write_text(json.dumps(tally))
+
+
+def start(
+    args: list[str], cache: Path, extra_env: dict[str, str] | None = None, count: Path | None = None
+) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
     env.update(
         ALLMEM_CACHE=str(cache), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
@@ -88,7 +146,8 @@ def start(args: list[str], cache: Path, extra_env: dict[str, str] | None = None)
         HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false", WANDB_MODE="disabled",
     )  # fmt: skip
     env.update(extra_env or {})
-    cmd = [sys.executable, "-m", "allmem.cli", "run", *args, "run.progress=false"]
+    runner = [__file__, COUNTED, str(count)] if count else ["-m", "allmem.cli"]
+    cmd = [sys.executable, *runner, "run", *args, "run.progress=false"]
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
@@ -149,8 +208,9 @@ def measure(args: list[str], root: Path, cache: Path, seed: Path | None = None) 
     from allmem import files
 
     copy_seed(seed, cache)
+    count = root.with_name(root.name + ".passes.json")
     t0 = time.perf_counter()
-    code, cpu, rss, tail = finish(start([*args, f"run.root={root}"], cache))
+    code, cpu, rss, tail = finish(start([*args, f"run.root={root}"], cache, count=count))
     wall = time.perf_counter() - t0
     if code != 0:
         raise SystemExit(f"bench-scale: allmem run {' '.join(args)} failed (exit {code}): {tail}")
@@ -160,11 +220,12 @@ def measure(args: list[str], root: Path, cache: Path, seed: Path | None = None) 
     looked_up = sum(int((s.get("embedding_cache") or {}).get("texts", 0)) for s in stats)
     embedded = sum(int((s.get("embedding_cache") or {}).get("embedded", 0)) for s in stats)
     terms = cost_terms(wall, stats, files.read_jsonl(run_dir / files.PREDICTIONS))
+    passes = json.loads(count.read_text())
     return {
         "run_dir": run_dir, "turns": turns, "dialogues": len(stats), "wall_s": wall, "cpu_s": cpu, "rss_mb": rss,
         "run_ms": 1000 * wall / turns, "cpu_ms": 1000 * cpu / turns, **terms,
         "dialogue_s": [float(s["ingest_s"]) + float(s["end_stream_s"]) for s in stats],
-        "texts": looked_up, "embedded": embedded,
+        "texts": looked_up, "embedded": embedded, "tokens": passes["tokens"], "slots": passes["slots"],
     }  # fmt: skip
 
 
@@ -208,7 +269,7 @@ def cost_terms(
 
 HEAD = (
     f"{'method':<16}{'turns':>6}{'run ms':>9}{'x':>6}{'cpu ms':>9}{'x':>6}{'steady ms':>11}{'x':>6}"
-    f"{'peak RSS MB':>13}{'texts/turn':>12}{'store hits':>12}"
+    f"{'peak RSS MB':>13}{'texts/turn':>12}{'store hits':>12}{'tokens/turn':>13}{'slots/turn':>12}"
 )
 
 
@@ -220,7 +281,7 @@ def row(name: str, r: dict[str, Any], base: dict[str, Any] | None) -> str:
     return (
         f"{name:<16}{r['turns']:>6}{r['run_ms']:>9.1f}{ratio('run_ms'):>6}{r['cpu_ms']:>9.1f}"
         f"{ratio('cpu_ms'):>6}{r['steady_ms']:>11.1f}{ratio('steady_ms'):>6}{r['rss_mb']:>13.0f}"
-        f"{r['texts'] / r['turns']:>12.1f}{hits:>12}"
+        f"{r['texts'] / r['turns']:>12.1f}{hits:>12}{r['tokens'] / r['turns']:>13.1f}{r['slots'] / r['turns']:>12.1f}"
     )
 
 
@@ -267,6 +328,11 @@ def parallel_part(
     return efficiency
 
 
+def hours(f: float, w: float, q: float, p: int, e: float) -> float:
+    """T(P) of ``projection``, in hours: F in s per task, W in ms per turn, Q in ms per question."""
+    return (f + (w * LME_S_TURNS + q * LME_S_QUESTIONS) / 1000 / p) / e / 3600
+
+
 def projection(rows: dict[str, dict[str, Any]], embedder: str, efficiency: float | None, caches: str) -> None:
     """The wall time of a full LongMemEval-s Table 1 split into P one-thread tasks (a task per core: a node's
     ``run.shard=i/P`` processes or a SLURM array), each running every method on 1/P of the haystacks.
@@ -293,9 +359,21 @@ def projection(rows: dict[str, dict[str, Any]], embedder: str, efficiency: float
     )
     print(f"sum W = {w:.1f} ms per turn, sum Q = {q:.0f} ms per question, sum F = {f:.1f} s per task")
     for label, p in (("2 cores", 2), ("32-core node or a SLURM array of 32 tasks", 32)):
-        hours = (f + (w * LME_S_TURNS + q * LME_S_QUESTIONS) / 1000 / p) / e / 3600
         upper = all_in / 1000 * LME_S_TURNS / (p * e) / 3600
-        print(f"  P={p:<3} ({label}): {hours:.2f} h  (all-in CPU ms per turn, {all_in:.1f}: {upper:.2f} h)")
+        print(
+            f"  P={p:<3} ({label}): {hours(f, w, q, p, e):.2f} h  (all-in CPU ms per turn, {all_in:.1f}: {upper:.2f} h)"
+        )
+    # What no batching scheme beats: each method's W cut to the share of its passes' slots that its texts' own
+    # tokens fill (no padding, no dummy rows), as if W were all embedding; a method that embeds nothing keeps its W.
+    w_tokens = sum(
+        r["steady_ms"] * (r["tokens"] / r["slots"] if r.get("slots") else 1.0) for r in rows.values()
+    )
+    print(
+        f"  with no padding and no dummy rows (each W x its tokens / slots; a lower bound): sum W = {w_tokens:.1f} ms "
+        f"per turn, P=32: {hours(f, w_tokens, q, 32, e):.2f} h"
+    )
+    w_hour = ((3600 * e - f) * 32 * 1000 - q * LME_S_QUESTIONS) / LME_S_TURNS
+    print(f"  1 h at P=32 needs sum W <= {w_hour:.1f} ms per turn ({w_hour / w:.0%} of this run's)")
     per_dialogue = {
         m: (r["steady_ms"] * LME_S_TURNS / LME_S_QUESTIONS + r["question_ms"]) / 1000 for m, r in rows.items()
     }
@@ -388,6 +466,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == [COUNTED]:
+        sys.exit(counted_run(Path(sys.argv[2]), sys.argv[3:]))
     if sys.argv[1:2] == ["--export-only"]:
         export_only(sys.argv[2], Path(sys.argv[3]))
         sys.exit(0)

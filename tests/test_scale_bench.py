@@ -73,6 +73,35 @@ def test_the_projection_pays_each_process_once_per_task_and_each_turn_once(capsy
         in out
     )
     assert "of the slowest method (a): 52 s" in out
+    # 1 h at P = 32: ((3600 - 15) s x 32 x 1000 - 3000 ms x 500) / 250,000 = 452.88 ms per turn, 302% of 150
+    assert "1 h at P=32 needs sum W <= 452.9 ms per turn (302% of this run's)" in out
+
+
+def test_the_floor_cuts_each_w_to_its_tokens_share_of_its_slots(capsys):
+    """Worked out by hand: a's passes held 600 tokens in 800 slots, so its W of 100 ms becomes 75; b embedded
+    nothing (no slots), so its 50 ms stay. Sum W = 125: P = 32 gives (15 + (125 x 250,000 + 3000 x 500) / 1000 /
+    32) / 3600 = (15 + 1023.4) / 3600 = 0.29 h."""
+    rows = {
+        "a": {"steady_ms": 100.0, "question_ms": 2000.0, "fixed_s": 10.0, "cpu_ms": 150.0, "tokens": 600,
+              "slots": 800},
+        "b": {"steady_ms": 50.0, "question_ms": 1000.0, "fixed_s": 5.0, "cpu_ms": 80.0, "tokens": 0, "slots": 0},
+    }  # fmt: skip
+    _bench_module().projection(rows, "minilm", None, "cold caches")
+    assert "(each W x its tokens / slots; a lower bound): sum W = 125.0 ms per turn, P=32: 0.29 h" in (
+        capsys.readouterr().out
+    )
+
+
+def test_a_pass_is_tallied_as_its_texts_tokens_and_every_slot():
+    """Two one-word texts, each [CLS] word [SEP] = 3 tokens, go in the 8-token bucket, whose passes have 256 // 8 =
+    32 rows: one pass of 32 x 8 = 256 slots, 6 of them the texts' tokens (the 30 dummy rows' [CLS] [SEP] are not)."""
+    from allmem.embed import packaged_model_path
+    from allmem.embed_batch import Batcher
+
+    (p,) = Batcher(packaged_model_path()).passes(["hello", "world"])
+    tally = {"texts": 0, "tokens": 0, "slots": 0}
+    _bench_module().tally_pass(tally, p)
+    assert tally == {"texts": 2, "tokens": 6, "slots": 256}
 
 
 def test_cost_terms_leave_out_the_first_dialogue_and_failed_questions():
