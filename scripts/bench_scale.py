@@ -43,10 +43,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.lme_synth import LME_S_QUESTIONS, LME_S_SESSIONS, TURN_PAIRS
+
 ROOT = Path(__file__).resolve().parents[1]
-# LongMemEval-s as the issue and the generator's --help give it: 500 haystacks of ~50 sessions, ~250k turns.
-LME_S_QUESTIONS = 500
-LME_S_TURNS = 250_000
+# LongMemEval-s's size, from the generator's constants: 500 haystacks of 50 sessions of (3 + 7) / 2 user/assistant
+# pairs on average, so 500 x 50 x 10 = 250,000 turns.
+LME_S_TURNS = LME_S_QUESTIONS * LME_S_SESSIONS * sum(TURN_PAIRS)
 
 
 def log(msg: str) -> None:
@@ -409,7 +411,9 @@ def main(argv: list[str] | None = None) -> int:
         "--fraction", type=float, default=0.006, help="fraction of LongMemEval-s's 500 questions"
     )
     size.add_argument("--questions", type=int, help="questions (haystacks) instead of --fraction")
-    ap.add_argument("--sessions", type=int, default=10, help="sessions per haystack (LongMemEval-s: 50)")
+    ap.add_argument(
+        "--sessions", type=int, default=10, help=f"sessions per haystack (LongMemEval-s: {LME_S_SESSIONS})"
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--methods", nargs="+", help="default: Table 1's list")
     ap.add_argument("--embedders", nargs="+", default=["minilm"], help="configs/embedder/ names")
@@ -433,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
         f"# bench-scale: {n_q} haystacks x {a.sessions} sessions ({n_q / LME_S_QUESTIONS:.1%} of LongMemEval-s's"
     )
     print(
-        f"# questions, {a.sessions / 50:.0%} of its sessions); {os.cpu_count()} CPUs; load average before {load_average()}"
+        f"# questions, {a.sessions / LME_S_SESSIONS:.0%} of its sessions); {os.cpu_count()} CPUs; load average before {load_average()}"
     )
     data_args = ["dataset=longmemeval_s", f"dataset.path={data}"]
     cold: dict[str, dict[str, dict[str, Any]]] = {}
