@@ -49,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # LongMemEval-s's size, from the generator's constants: 500 haystacks of 50 sessions of (3 + 7) / 2 user/assistant
 # pairs on average, so 500 x 50 x 10 = 250,000 turns.
 LME_S_TURNS = LME_S_QUESTIONS * LME_S_SESSIONS * sum(TURN_PAIRS)
+NODE = 32  # the projection's many-core case: a 32-core node or a SLURM array of 32 tasks
 
 
 def log(msg: str) -> None:
@@ -360,7 +361,7 @@ def projection(rows: dict[str, dict[str, Any]], embedder: str, efficiency: float
         f"T(P) = [sum F + (sum W x {LME_S_TURNS:,} turns + sum Q x {LME_S_QUESTIONS} questions) / P] / E; {e_note}"
     )
     print(f"sum W = {w:.1f} ms per turn, sum Q = {q:.0f} ms per question, sum F = {f:.1f} s per task")
-    for label, p in (("2 cores", 2), ("32-core node or a SLURM array of 32 tasks", 32)):
+    for label, p in (("2 cores", 2), (f"{NODE}-core node or a SLURM array of {NODE} tasks", NODE)):
         upper = all_in / 1000 * LME_S_TURNS / (p * e) / 3600
         print(
             f"  P={p:<3} ({label}): {hours(f, w, q, p, e):.2f} h  (all-in CPU ms per turn, {all_in:.1f}: {upper:.2f} h)"
@@ -372,10 +373,10 @@ def projection(rows: dict[str, dict[str, Any]], embedder: str, efficiency: float
     )
     print(
         f"  with no padding and no dummy rows (each W x its tokens / slots; a lower bound): sum W = {w_tokens:.1f} ms "
-        f"per turn, P=32: {hours(f, w_tokens, q, 32, e):.2f} h"
+        f"per turn, P={NODE}: {hours(f, w_tokens, q, NODE, e):.2f} h"
     )
-    w_hour = ((3600 * e - f) * 32 * 1000 - q * LME_S_QUESTIONS) / LME_S_TURNS
-    print(f"  1 h at P=32 needs sum W <= {w_hour:.1f} ms per turn ({w_hour / w:.0%} of this run's)")
+    w_hour = ((3600 * e - f) * NODE * 1000 - q * LME_S_QUESTIONS) / LME_S_TURNS
+    print(f"  1 h at P={NODE} needs sum W <= {w_hour:.1f} ms per turn ({w_hour / w:.0%} of this run's)")
     per_dialogue = {
         m: (r["steady_ms"] * LME_S_TURNS / LME_S_QUESTIONS + r["question_ms"]) / 1000 for m, r in rows.items()
     }
