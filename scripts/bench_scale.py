@@ -19,8 +19,10 @@ in the same run, and the load average before and after.
 3. The same runs in sequence on one shared cache, as the jobs of a sweep (``make paper``) share it: a text
    another method embedded (a rendered turn, a descriptor, a Split sentence) is read from the content-addressed
    store, and the share of such hits is printed (``--no-shared`` skips this part).
-4. The speed-up of ``run.workers=2`` and of two shards (``run.shard=1/2`` and ``2/2`` as two concurrent
-   processes) over one process, for ``--par-method``.
+4. For ``--par-method`` on ``--par-questions`` haystacks of its own: the wall speed-up of ``run.workers=2`` and of
+   two shards (``run.shard=1/2`` and ``2/2`` as two concurrent processes) over one process, and E, the projection's
+   parallel efficiency: the write path of the same haystacks alone over its time in the two shards
+   (``contention_efficiency``; each process's first haystack and its fixed cost left out).
 5. The projected wall time of a full LongMemEval-s Table 1 (500 haystacks, ~250,000 turns) at 2 and 32 cores, cold
    and shared, with the formula printed: each method's steady time per turn, time per question and fixed cost per
    process (``projection``); then the same at 32 cores with every method's W cut to its tokens' share of its slots
@@ -206,6 +208,11 @@ def copy_seed(seed: Path | None, cache: Path) -> None:
         shutil.copytree(seed, cache / "onnx")
 
 
+def write_path_s(stat: dict[str, Any]) -> float:
+    """A dialogue's write-path seconds (``system_stats.jsonl``): its turns and its end of stream."""
+    return float(stat["ingest_s"]) + float(stat["end_stream_s"])
+
+
 def measure(args: list[str], root: Path, cache: Path, seed: Path | None = None) -> dict[str, Any]:
     """One run in its own process: wall / CPU per turn (run and steady), time per question, peak RSS."""
     from allmem import files
@@ -227,7 +234,7 @@ def measure(args: list[str], root: Path, cache: Path, seed: Path | None = None) 
     return {
         "run_dir": run_dir, "turns": turns, "dialogues": len(stats), "wall_s": wall, "cpu_s": cpu, "rss_mb": rss,
         "run_ms": 1000 * wall / turns, "cpu_ms": 1000 * cpu / turns, **terms,
-        "dialogue_s": [float(s["ingest_s"]) + float(s["end_stream_s"]) for s in stats],
+        "dialogue_s": [write_path_s(s) for s in stats],
         "texts": looked_up, "embedded": embedded, "tokens": passes["tokens"], "slots": passes["slots"],
     }  # fmt: skip
 
@@ -248,7 +255,7 @@ def cost_terms(
         log("one dialogue only: its warm-up is counted in the steady time per turn (use 2 or more haystacks)")
         rest = stats
     steady_turns = sum(int(s["turns"]) for s in rest)
-    steady_s = sum(float(s["ingest_s"]) + float(s["end_stream_s"]) for s in rest)
+    steady_s = sum(write_path_s(s) for s in rest)
     steady_ms = 1000 * steady_s / steady_turns if steady_turns else 0.0
     asked = [
         sum(float(r["latency_ms"][k]) for k in QUESTION_PHASES)
@@ -288,47 +295,87 @@ def row(name: str, r: dict[str, Any], base: dict[str, Any] | None) -> str:
     )
 
 
+def write_data(path: Path, questions: int, sessions: int, seed: int) -> None:
+    """A LongMemEval-format file of ``questions`` haystacks of ``sessions`` sessions (``scripts/make_longmemeval.py``)."""
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "make_longmemeval.py"), str(path), "--questions", str(questions),
+         "--sessions", str(sessions), "--seed", str(seed)], check=True, stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def contention_efficiency(one: list[dict[str, Any]], sharded: list[dict[str, Any]], n: int) -> float:
+    """E of the projection: the write path of the same dialogues timed in one process alone, over its time in ``n``
+    one-thread shards running at once (so E = 1 when concurrent processes do not slow each other).
+
+    ``one`` is in dataset order (one process); ``sharded`` is matched to it by ``dialogue_id``. Only positions n and
+    later count: shard i/n's first dialogue is position i-1 (``allmem.run.shards.positions``), and a process's first
+    dialogue carries its warm-up, as ``cost_terms`` leaves it out of W. The processes' fixed costs (imports, model
+    load, scoring) stay out too: the projection counts F once per task, so a speed-up of whole wall times, which
+    includes F, would count it twice (and 3 haystacks over 2 shards cannot beat a speed-up of 1.5)."""
+    by_id = {s["dialogue_id"]: s for s in sharded}
+    if sorted(by_id) != sorted(s["dialogue_id"] for s in one):
+        raise SystemExit("bench-scale: the sharded run's dialogues are not the one-process run's")
+    later = [s["dialogue_id"] for s in one[n:]]
+    if not later:
+        raise SystemExit(f"bench-scale: E needs more than {n} haystacks (each process's first is left out)")
+    alone = sum(write_path_s(s) for s in one[n:])
+    together = sum(write_path_s(by_id[d]) for d in later)
+    return alone / together
+
+
 def parallel_part(
-    data_args: list[str], method: str, one: dict[str, Any], work: Path, keys: set[str], seed: Path | None
-) -> float | None:
-    """Speed-ups of 2 workers and of 2 concurrent shards over ``one`` (the 1-process run of ``method``)."""
-    print(f"\n## Parallel: {method}, cold caches, over one process ({one['wall_s']:.1f} s wall)")
-    efficiency = None
+    method: str, embedder: str, questions: int, sessions: int, seed: int, work: Path, keys: set[str],
+    seed_export: Path | None,
+) -> float | None:  # fmt: skip
+    """``method`` on ``questions`` haystacks of its own (an even number, so two shards get equal halves): one
+    process, ``run.workers=2``, and two concurrent shards; their wall speed-ups, and E (``contention_efficiency``)."""
+    data = work / "lme_parallel.json"
+    write_data(data, questions, sessions, seed)
+    args = ["dataset=longmemeval_s", f"dataset.path={data}", f"embedder={embedder}", f"method={method}"]
+    one = measure(args, work / "par1", work / "cache_par1", seed_export)
+    print(
+        f"\n## Parallel: {method}, {questions} haystacks, cold caches; one process: {one['wall_s']:.1f} s wall"
+    )
     if "workers" in keys:
-        two = measure([*data_args, f"method={method}", "run.workers=2"], work / "w2", work / "cache_w2", seed)
-        speed = one["wall_s"] / two["wall_s"]
-        efficiency = speed / 2
+        two = measure([*args, "run.workers=2"], work / "w2", work / "cache_w2", seed_export)
         print(
-            f"run.workers=2: {two['wall_s']:.1f} s wall, speed-up {speed:.2f}, peak RSS {two['rss_mb']:.0f} MB"
+            f"run.workers=2: {two['wall_s']:.1f} s wall, speed-up {one['wall_s'] / two['wall_s']:.2f}, "
+            f"peak RSS {two['rss_mb']:.0f} MB"
         )
     else:
         print(
             "run.workers=2: skipped, this code's run config has no run.workers (scale-par's branch adds it)"
         )
-    if "shard" in keys:
-        for i in (1, 2):
-            copy_seed(seed, work / f"cache_s{i}")
-        root, t0 = work / "s2", time.perf_counter()
-        procs = [
-            start(
-                [*data_args, f"method={method}", f"run.shard={i}/2", f"run.root={root}"], work / f"cache_s{i}"
-            )
-            for i in (1, 2)
-        ]
-        results = [finish(p) for p in procs]
-        wall = time.perf_counter() - t0
-        if any(code != 0 for code, *_ in results):
-            print(f"run.shard=i/2: a shard failed: {[tail for *_, tail in results]}")
-        else:
-            speed = one["wall_s"] / wall
-            efficiency = efficiency or speed / 2
-            rss = max(r for _, _, r, _ in results)
-            print(
-                f"run.shard=1/2 + 2/2 (two processes): {wall:.1f} s wall, speed-up {speed:.2f}, peak RSS {rss:.0f} MB"
-            )
-    else:
+    if "shard" not in keys:
         print("run.shard=i/n: skipped, this code's run config has no run.shard (scale-par's branch adds it)")
-    return efficiency
+        return None
+    for i in (1, 2):
+        copy_seed(seed_export, work / f"cache_s{i}")
+    root, t0 = work / "s2", time.perf_counter()
+    procs = [start([*args, f"run.shard={i}/2", f"run.root={root}"], work / f"cache_s{i}") for i in (1, 2)]
+    results = [finish(p) for p in procs]
+    wall = time.perf_counter() - t0
+    if any(code != 0 for code, *_ in results):
+        print(f"run.shard=i/2: a shard failed: {[tail for *_, tail in results]}")
+        return None
+    rss = max(r for _, _, r, _ in results)
+    print(
+        f"run.shard=1/2 + 2/2 (two processes): {wall:.1f} s wall, speed-up {one['wall_s'] / wall:.2f} (whole runs: "
+        f"each process's fixed cost included), peak RSS {rss:.0f} MB"
+    )
+    (run_dir,) = run_dirs(root)
+    alone = dialogue_stats(one["run_dir"])
+    efficiency = contention_efficiency(alone, dialogue_stats(run_dir), 2)
+    print(
+        f"E = {efficiency:.2f}: the write path of haystacks 3-{questions}, {sum(map(write_path_s, alone[2:])):.1f} s "
+        f"in one process alone over their time in the two shards (each process's first haystack left out)"
+        + (
+            "; over 1 is noise (processes that share a machine are not faster than one alone): 1 used"
+            if efficiency > 1
+            else ""
+        )
+    )
+    return min(efficiency, 1.0)
 
 
 def hours(f: float, w: float, q: float, p: int, e: float) -> float:
@@ -346,7 +393,7 @@ def projection(rows: dict[str, dict[str, Any]], embedder: str, efficiency: float
     higher because it counts F again for every 306 turns or so, most of all for the cheap methods."""
     e = efficiency if efficiency else 1.0
     e_note = (
-        f"E = {e:.2f} (speed-up / 2 of run.workers=2, else of two shards, measured above)"
+        f"E = {e:.2f} (the write path's time alone over its time in two concurrent shards, measured above)"
         if efficiency
         else "E = 1 (ideal: not measured here)"
     )
@@ -418,11 +465,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--methods", nargs="+", help="default: Table 1's list")
     ap.add_argument("--embedders", nargs="+", default=["minilm"], help="configs/embedder/ names")
-    ap.add_argument("--par-method", default="naive_rag", help="method of the workers / shards speed-up")
+    ap.add_argument("--par-method", default="naive_rag", help="method of the workers / shards part")
+    ap.add_argument(
+        "--par-questions",
+        type=int,
+        default=6,
+        help="haystacks of the workers / shards part (even, at least 4)",
+    )
     ap.add_argument("--no-parallel", action="store_true", help="skip the workers / shards part")
     ap.add_argument("--no-shared", action="store_true", help="skip the runs on one shared cache")
     ap.add_argument("--work", type=Path, help="folder for the file, runs and caches (default: a temp folder)")
     a = ap.parse_args(argv)
+    if a.par_questions < 4 or a.par_questions % 2:
+        ap.error(
+            f"--par-questions must be even and at least 4 (two shards, each first left out), got {a.par_questions}"
+        )
 
     methods = a.methods or table1_methods()
     methods = ["naive_rag", *(m for m in methods if m != "naive_rag")]
@@ -430,10 +487,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     data = work / "lme.json"
     n_q = a.questions if a.questions else max(2, round(a.fraction * LME_S_QUESTIONS))
-    subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "make_longmemeval.py"), str(data), "--questions", str(n_q),
-         "--sessions", str(a.sessions), "--seed", str(a.seed)], check=True, stdout=subprocess.DEVNULL,
-    )  # fmt: skip
+    write_data(data, n_q, a.sessions, a.seed)
     print(
         f"# bench-scale: {n_q} haystacks x {a.sessions} sessions ({n_q / LME_S_QUESTIONS:.1%} of LongMemEval-s's"
     )
@@ -459,9 +513,8 @@ def main(argv: list[str] | None = None) -> int:
     if not a.no_parallel:
         first = a.embedders[0]
         efficiency = parallel_part(
-            [*data_args, f"embedder={first}"], a.par_method, cold[first][a.par_method], work, run_keys(),
-            seeds[first],
-        )  # fmt: skip
+            a.par_method, first, a.par_questions, a.sessions, a.seed, work, run_keys(), seeds[first]
+        )
     for emb in a.embedders:
         projection(cold[emb], emb, efficiency, "cold caches: every method embeds its own texts")
         if emb in shared:

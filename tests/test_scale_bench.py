@@ -121,3 +121,21 @@ def test_cost_terms_leave_out_the_first_dialogue_and_failed_questions():
     assert got == {"steady_ms": 100.0, "question_ms": 1000.0, "questions": 2, "fixed_s": 13.0}
     assert bench.cost_terms(5.0, stats, [ok, ok])["fixed_s"] == 0.0
     assert bench.cost_terms(5.0, stats, [])["question_ms"] == 0.0
+
+
+def test_e_is_the_write_path_alone_over_the_same_haystacks_in_two_concurrent_shards():
+    """Worked out by hand, times from a real pair of runs (naive_rag, 4 haystacks). Positions 0 and 1 are the two
+    shards' first haystacks (and position 0 the lone process's), so only positions 2 and 3 count: (5.47 + 6.58) /
+    (5.48 + 6.97) = 12.05 / 12.45 = 0.968. The sharded run's lines are matched by dialogue id, in any order."""
+    alone = [("a", 5.87), ("b", 5.72), ("c", 5.47), ("d", 6.58)]
+    two = [("d", 6.97), ("b", 6.84), ("a", 6.52), ("c", 5.48)]
+
+    def stats(rows):
+        return [{"dialogue_id": d, "ingest_s": 0.01, "end_stream_s": t - 0.01} for d, t in rows]
+
+    bench = _bench_module()
+    assert bench.contention_efficiency(stats(alone), stats(two), 2) == pytest.approx(12.05 / 12.45)
+    with pytest.raises(SystemExit, match="more than 2 haystacks"):
+        bench.contention_efficiency(stats(alone[:2]), stats(two[1:3]), 2)
+    with pytest.raises(SystemExit, match="not the one-process run's"):
+        bench.contention_efficiency(stats(alone), stats(two[:3]), 2)
