@@ -19,14 +19,18 @@ in the same run, and the load average before and after.
 3. The same runs in sequence on one shared cache, as the jobs of a sweep (``make paper``) share it: a text
    another method embedded (a rendered turn, a descriptor, a Split sentence) is read from the content-addressed
    store, and the share of such hits is printed (``--no-shared`` skips this part).
+   Then the same on a copy of the file whose later haystacks repeat distractor sessions of earlier ones, as the
+   real LongMemEval-s file does (``REPEATED_SHARE`` of its session occurrences, ``with_repeats``; the generated
+   file's sessions are all fresh, the worst case): what a method embeds for a repeated session is read from the
+   store (``--no-repeats`` skips this part).
 4. For ``--par-method`` on ``--par-questions`` haystacks of its own: the wall speed-up of ``run.workers=2`` and of
    two shards (``run.shard=1/2`` and ``2/2`` as two concurrent processes) over one process, and E, the projection's
    parallel efficiency: the write path of the same haystacks alone over its time in the two shards
    (``contention_efficiency``; each process's first haystack and its fixed cost left out).
-5. The projected wall time of a full LongMemEval-s Table 1 (500 haystacks, ~250,000 turns) at 2 and 32 cores, cold
-   and shared, with the formula printed: each method's steady time per turn, time per question and fixed cost per
-   process (``projection``); then the same at 32 cores with every method's W cut to its tokens' share of its slots
-   (what no batching scheme beats), and the sum of W that 1 h at 32 cores needs.
+5. The projected wall time of a full LongMemEval-s Table 1 (500 haystacks, ~250,000 turns) at 2 and 32 cores, for
+   the cold, shared and repeated-sessions runs, with the formula printed: each method's steady time per turn, time
+   per question and fixed cost per process (``projection``); then the same at 32 cores with every method's W cut to
+   its tokens' share of its slots (what no batching scheme beats), and the sum of W that 1 h at 32 cores needs.
 
     python scripts/bench_scale.py                                   # make bench-scale
     python scripts/bench_scale.py --fraction 0.004 --sessions 10 --methods naive_rag allmem
@@ -52,6 +56,13 @@ ROOT = Path(__file__).resolve().parents[1]
 # pairs on average, so 500 x 50 x 10 = 250,000 turns.
 LME_S_TURNS = LME_S_QUESTIONS * LME_S_SESSIONS * sum(TURN_PAIRS)
 NODE = 32  # the projection's many-core case: a 32-core node or a SLURM array of 32 tasks
+# LongMemEval-s's file repeats distractor sessions across haystacks (its sampler draws each from shared pools):
+# 23,867 session occurrences in its 500 histories (LongMemEval issue #54, on longmemeval_s_cleaned.json) hold 19,195
+# distinct sessions (the count after pooling every history's sessions, reported by vshulcz/deja-vu PR #3862;
+# nambok/mentedb PR #85 reports 19,194). So about 19.6% of what a full run meets, an earlier haystack held.
+LME_S_SESSION_OCCURRENCES = 23_867
+LME_S_DISTINCT_SESSIONS = 19_195
+REPEATED_SHARE = 1 - LME_S_DISTINCT_SESSIONS / LME_S_SESSION_OCCURRENCES
 
 
 def log(msg: str) -> None:
@@ -208,6 +219,34 @@ def copy_seed(seed: Path | None, cache: Path) -> None:
         shutil.copytree(seed, cache / "onnx")
 
 
+def with_repeats(src: Path, dst: Path, share: float, seed: int) -> int:
+    """Copy the LongMemEval-format file ``src`` to ``dst`` with round(``share`` x sessions) of every haystack after
+    the first replaced by distractor sessions an earlier haystack held (ids and turns copied, the slot's date kept,
+    none twice in one haystack; evidence sessions are never replaced nor copied), as the real file repeats them
+    (``REPEATED_SHARE``). Returns how many sessions were replaced. The same seed gives the same file."""
+    import random
+
+    rng = random.Random(seed)
+    questions = json.loads(src.read_text())
+    pool: dict[str, Any] = {}  # first occurrences of distractor sessions, by id, in file order
+    replaced = 0
+    for n, q in enumerate(questions):
+        ids, sessions = q["haystack_session_ids"], q["haystack_sessions"]
+        evidence = set(q.get("answer_session_ids") or [])
+        own = [k for k, sid in enumerate(ids) if sid not in evidence]
+        slots: list[int] = []
+        if n:
+            slots = sorted(rng.sample(own, min(len(own), round(share * len(ids)))))
+            choices = [sid for sid in pool if sid not in ids]
+            slots = slots[: len(choices)]
+            for k, sid in zip(slots, rng.sample(choices, len(slots)), strict=True):
+                ids[k], sessions[k] = sid, pool[sid]
+        replaced += len(slots)
+        pool.update((ids[k], sessions[k]) for k in own if k not in slots)  # what this haystack shows first
+    dst.write_text(json.dumps(questions))
+    return replaced
+
+
 def write_path_s(stat: dict[str, Any]) -> float:
     """A dialogue's write-path seconds (``system_stats.jsonl``): its turns and its end of stream."""
     return float(stat["ingest_s"]) + float(stat["end_stream_s"])
@@ -296,7 +335,7 @@ def row(name: str, r: dict[str, Any], base: dict[str, Any] | None) -> str:
 
 
 def write_data(path: Path, questions: int, sessions: int, seed: int) -> None:
-    """A LongMemEval-format file of ``questions`` haystacks of ``sessions`` sessions (``scripts/make_longmemeval.py``)."""
+    """A LongMemEval-format file: ``questions`` haystacks of ``sessions`` sessions (scripts/make_longmemeval.py)."""
     subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "make_longmemeval.py"), str(path), "--questions", str(questions),
          "--sessions", str(sessions), "--seed", str(seed)], check=True, stdout=subprocess.DEVNULL,
@@ -474,6 +513,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--no-parallel", action="store_true", help="skip the workers / shards part")
     ap.add_argument("--no-shared", action="store_true", help="skip the runs on one shared cache")
+    ap.add_argument(
+        "--no-repeats",
+        action="store_true",
+        help="skip the shared-cache runs on haystacks that repeat sessions",
+    )
     ap.add_argument("--work", type=Path, help="folder for the file, runs and caches (default: a temp folder)")
     a = ap.parse_args(argv)
     if a.par_questions < 4 or a.par_questions % 2:
@@ -495,8 +539,12 @@ def main(argv: list[str] | None = None) -> int:
         f"# questions, {a.sessions / LME_S_SESSIONS:.0%} of its sessions); {os.cpu_count()} CPUs; load average before {load_average()}"
     )
     data_args = ["dataset=longmemeval_s", f"dataset.path={data}"]
+    repeats_data = work / "lme_repeats.json"
+    n_repeated = with_repeats(data, repeats_data, REPEATED_SHARE, a.seed)
+    repeats_args = ["dataset=longmemeval_s", f"dataset.path={repeats_data}"]
     cold: dict[str, dict[str, dict[str, Any]]] = {}
     shared: dict[str, dict[str, dict[str, Any]]] = {}
+    repeats: dict[str, dict[str, dict[str, Any]]] = {}
     seeds = {emb: seed_export(emb, work) for emb in a.embedders}
     for emb in a.embedders:
         cold[emb] = part(
@@ -509,6 +557,13 @@ def main(argv: list[str] | None = None) -> int:
                 "store and LLM response cache; store hits = texts another method had embedded)",
                 methods, data_args, emb, work / "shared", seeds[emb], shared_cache=True,
             )  # fmt: skip
+        if not a.no_repeats:
+            repeats[emb] = part(
+                f"embedder={emb}: the same, on one cache, with {n_repeated} of the {(n_q - 1) * a.sessions} sessions "
+                f"after the first haystack replaced by distractor sessions an earlier one held, as LongMemEval-s's file "
+                f"repeats {REPEATED_SHARE:.1%} of its session occurrences (REPEATED_SHARE)",
+                methods, repeats_args, emb, work / "repeats", seeds[emb], shared_cache=True,
+            )  # fmt: skip
     efficiency = None
     if not a.no_parallel:
         first = a.embedders[0]
@@ -519,6 +574,13 @@ def main(argv: list[str] | None = None) -> int:
         projection(cold[emb], emb, efficiency, "cold caches: every method embeds its own texts")
         if emb in shared:
             projection(shared[emb], emb, efficiency, "one shared cache, as `make paper` runs a sweep")
+        if emb in repeats:
+            projection(
+                repeats[emb],
+                emb,
+                efficiency,
+                "one shared cache, sessions repeated as LongMemEval-s's file repeats them",
+            )
     print(f"\n# load average after {load_average()}; work folder {work}")
     return 0
 

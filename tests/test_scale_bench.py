@@ -139,3 +139,40 @@ def test_e_is_the_write_path_alone_over_the_same_haystacks_in_two_concurrent_sha
         bench.contention_efficiency(stats(alone[:2]), stats(two[1:3]), 2)
     with pytest.raises(SystemExit, match="not the one-process run's"):
         bench.contention_efficiency(stats(alone), stats(two[:3]), 2)
+
+
+def test_repeats_copy_earlier_distractor_sessions_into_later_haystacks(tmp_path):
+    """Three haystacks of five sessions (the second of each is evidence), share 0.4: round(0.4 x 5) = 2 sessions of
+    each later haystack become distractors shown earlier in the file (ids and turns copied, dates kept), 4 in all;
+    the first haystack and every evidence session stay as they were; no id twice in one haystack; the same seed
+    writes the same bytes. The real file's share: 1 - 19,195 / 23,867 = 4,672 / 23,867 = 0.1958."""
+
+    def haystack(q):
+        ids = [f"{q}_s{k}" for k in range(5)]
+        return {
+            "question_id": q, "answer_session_ids": [ids[1]], "haystack_session_ids": ids,
+            "haystack_dates": [f"2023/01/0{k + 1} (Sun) 10:00" for k in range(5)],
+            "haystack_sessions": [[{"role": "user", "content": f"{sid} says hi"}] for sid in ids],
+        }  # fmt: skip
+
+    src = tmp_path / "lme.json"
+    original = [haystack(q) for q in ("a", "b", "c")]
+    src.write_text(json.dumps(original))
+    bench = _bench_module()
+    assert bench.REPEATED_SHARE == pytest.approx(4672 / 23867)
+    assert bench.with_repeats(src, tmp_path / "r1.json", 0.4, seed=3) == 4
+    got = json.loads((tmp_path / "r1.json").read_text())
+    assert got[0] == original[0]
+    shown: set[str] = set(original[0]["haystack_session_ids"]) - {"a_s1"}
+    for before, after in zip(original[1:], got[1:], strict=True):
+        ids = after["haystack_session_ids"]
+        moved = [k for k, sid in enumerate(ids) if sid != before["haystack_session_ids"][k]]
+        assert len(moved) == 2 and 1 not in moved and len(set(ids)) == 5
+        for k in moved:
+            assert ids[k] in shown and after["haystack_sessions"][k] == [
+                {"role": "user", "content": f"{ids[k]} says hi"}
+            ]
+        assert after["haystack_dates"] == before["haystack_dates"]
+        shown |= {sid for k, sid in enumerate(ids) if k != 1}
+    bench.with_repeats(src, tmp_path / "r2.json", 0.4, seed=3)
+    assert (tmp_path / "r1.json").read_bytes() == (tmp_path / "r2.json").read_bytes()
