@@ -171,7 +171,8 @@ sweep: $(STAMP) ## Any Hydra multirun, e.g. make sweep NAME=K ARGS="method=allme
 bench: $(STAMP) ## Mem-Lat: allmem vs allmem_hybrid on LoCoMo; exact vs approximate search and BM25 up to 10^6 units
 	$(PY) scripts/bench_latency.py
 
-# `make bench-scale`: LongMemEval-shaped haystacks, every Table 1 method, cold caches and one shared cache. SCALE_FRACTION of
+# `make bench-scale`: LongMemEval-shaped haystacks, every Table 1 method, cold caches, one shared cache, and one shared cache
+# on haystacks that repeat sessions as LongMemEval-s's file does; E of two shards; the projection. SCALE_FRACTION of
 # LongMemEval-s's 500 questions, SCALE_SESSIONS sessions each (full size: 50); SCALE_ARGS e.g.
 # "--embedders minilm minilm_torch minilm_onnx_int8 --methods naive_rag allmem".
 SCALE_FRACTION ?= 0.006

@@ -219,32 +219,35 @@ def copy_seed(seed: Path | None, cache: Path) -> None:
         shutil.copytree(seed, cache / "onnx")
 
 
-def with_repeats(src: Path, dst: Path, share: float, seed: int) -> int:
-    """Copy the LongMemEval-format file ``src`` to ``dst`` with round(``share`` x sessions) of every haystack after
-    the first replaced by distractor sessions an earlier haystack held (ids and turns copied, the slot's date kept,
-    none twice in one haystack; evidence sessions are never replaced nor copied), as the real file repeats them
-    (``REPEATED_SHARE``). Returns how many sessions were replaced. The same seed gives the same file."""
+def with_repeats(src: Path, dst: Path, share: float, seed: int) -> tuple[int, int]:
+    """Copy the LongMemEval-format file ``src`` to ``dst`` with ``share`` of the sessions after the first haystack
+    replaced by distractor sessions an earlier haystack showed, as the real file repeats them (``REPEATED_SHARE``):
+    ids and turns copied, the slot's date kept, none twice in one haystack, evidence sessions never replaced nor
+    copied. Each haystack replaces what brings the running total to round(``share`` x the sessions so far), as far
+    as its distractors and the earlier ones allow. Returns (sessions replaced, sessions after the first haystack);
+    the same seed writes the same file."""
     import random
 
     rng = random.Random(seed)
     questions = json.loads(src.read_text())
-    pool: dict[str, Any] = {}  # first occurrences of distractor sessions, by id, in file order
-    replaced = 0
+    pool: dict[str, Any] = {}  # distractor sessions by id, as the file first shows them
+    replaced = later = 0
     for n, q in enumerate(questions):
         ids, sessions = q["haystack_session_ids"], q["haystack_sessions"]
         evidence = set(q.get("answer_session_ids") or [])
         own = [k for k, sid in enumerate(ids) if sid not in evidence]
         slots: list[int] = []
         if n:
-            slots = sorted(rng.sample(own, min(len(own), round(share * len(ids)))))
+            later += len(ids)
             choices = [sid for sid in pool if sid not in ids]
-            slots = slots[: len(choices)]
-            for k, sid in zip(slots, rng.sample(choices, len(slots)), strict=True):
+            count = min(len(own), len(choices), max(0, round(share * later) - replaced))
+            slots = sorted(rng.sample(own, count))
+            for k, sid in zip(slots, rng.sample(choices, count), strict=True):
                 ids[k], sessions[k] = sid, pool[sid]
         replaced += len(slots)
-        pool.update((ids[k], sessions[k]) for k in own if k not in slots)  # what this haystack shows first
+        pool.update((ids[k], sessions[k]) for k in own if k not in slots)
     dst.write_text(json.dumps(questions))
-    return replaced
+    return replaced, later
 
 
 def write_path_s(stat: dict[str, Any]) -> float:
@@ -342,24 +345,29 @@ def write_data(path: Path, questions: int, sessions: int, seed: int) -> None:
     )  # fmt: skip
 
 
-def contention_efficiency(one: list[dict[str, Any]], sharded: list[dict[str, Any]], n: int) -> float:
+def contention_efficiency(
+    order: list[str], one: list[dict[str, Any]], sharded: list[dict[str, Any]], n: int
+) -> tuple[float, float, float]:
     """E of the projection: the write path of the same dialogues timed in one process alone, over its time in ``n``
-    one-thread shards running at once (so E = 1 when concurrent processes do not slow each other).
+    one-thread shards running at once (so E = 1 when concurrent processes do not slow each other). Returns (E, the
+    seconds alone, the seconds in the shards).
 
-    ``one`` is in dataset order (one process); ``sharded`` is matched to it by ``dialogue_id``. Only positions n and
-    later count: shard i/n's first dialogue is position i-1 (``allmem.run.shards.positions``), and a process's first
-    dialogue carries its warm-up, as ``cost_terms`` leaves it out of W. The processes' fixed costs (imports, model
-    load, scoring) stay out too: the projection counts F once per task, so a speed-up of whole wall times, which
-    includes F, would count it twice (and 3 haystacks over 2 shards cannot beat a speed-up of 1.5)."""
-    by_id = {s["dialogue_id"]: s for s in sharded}
-    if sorted(by_id) != sorted(s["dialogue_id"] for s in one):
-        raise SystemExit("bench-scale: the sharded run's dialogues are not the one-process run's")
-    later = [s["dialogue_id"] for s in one[n:]]
+    ``order`` is the dataset's dialogue ids in file order; both runs' ``system_stats.jsonl`` lines are matched to it
+    by ``dialogue_id``. Only positions n and later count: shard i/n's first dialogue is position i-1
+    (``allmem.run.shards.positions``), and a process's first dialogue carries its warm-up, as ``cost_terms`` leaves
+    it out of W. The processes' fixed costs (imports, model load, scoring) stay out too: the projection counts F
+    once per task, so a speed-up of whole wall times, which includes F, would count it twice (and 3 haystacks over
+    2 shards cannot beat a speed-up of 1.5)."""
+    alone_by = {s["dialogue_id"]: s for s in one}
+    shard_by = {s["dialogue_id"]: s for s in sharded}
+    if sorted(alone_by) != sorted(order) or sorted(shard_by) != sorted(order):
+        raise SystemExit("bench-scale: the one-process and sharded runs do not hold the dataset's dialogues")
+    later = order[n:]
     if not later:
         raise SystemExit(f"bench-scale: E needs more than {n} haystacks (each process's first is left out)")
-    alone = sum(write_path_s(s) for s in one[n:])
-    together = sum(write_path_s(by_id[d]) for d in later)
-    return alone / together
+    alone = sum(write_path_s(alone_by[d]) for d in later)
+    together = sum(write_path_s(shard_by[d]) for d in later)
+    return alone / together, alone, together
 
 
 def parallel_part(
@@ -403,11 +411,14 @@ def parallel_part(
         f"each process's fixed cost included), peak RSS {rss:.0f} MB"
     )
     (run_dir,) = run_dirs(root)
-    alone = dialogue_stats(one["run_dir"])
-    efficiency = contention_efficiency(alone, dialogue_stats(run_dir), 2)
+    order = [q["question_id"] for q in json.loads(data.read_text())]
+    efficiency, alone, together = contention_efficiency(
+        order, dialogue_stats(one["run_dir"]), dialogue_stats(run_dir), 2
+    )
     print(
-        f"E = {efficiency:.2f}: the write path of haystacks 3-{questions}, {sum(map(write_path_s, alone[2:])):.1f} s "
-        f"in one process alone over their time in the two shards (each process's first haystack left out)"
+        f"E = {efficiency:.2f}: the write path of haystacks 3-{questions}, {alone:.1f} s in one process alone over "
+        f"{together:.1f} s in the two shards (each process's first haystack left out); two processes on this "
+        f"machine: {NODE} at once are not measured"
         + (
             "; over 1 is noise (processes that share a machine are not faster than one alone): 1 used"
             if efficiency > 1
@@ -422,9 +433,16 @@ def hours(f: float, w: float, q: float, p: int, e: float) -> float:
     return (f + (w * LME_S_TURNS + q * LME_S_QUESTIONS) / 1000 / p) / e / 3600
 
 
-def projection(rows: dict[str, dict[str, Any]], embedder: str, efficiency: float | None, caches: str) -> None:
+def projection(
+    rows: dict[str, dict[str, Any]],
+    embedder: str,
+    efficiency: float | None,
+    caches: str,
+    one_node: bool = False,
+) -> None:
     """The wall time of a full LongMemEval-s Table 1 split into P one-thread tasks (a task per core: a node's
-    ``run.shard=i/P`` processes or a SLURM array), each running every method on 1/P of the haystacks.
+    ``run.shard=i/P`` processes or a SLURM array; ``one_node``: the node's only, whose tasks share one cache), each
+    running every method on 1/P of the haystacks.
 
     Per method (``cost_terms``): W = steady ms per turn, Q = ms per question and F = what one process pays whatever
     its size. All three are wall times of one-thread processes, so load on the machine raises them. The figure in
@@ -447,7 +465,8 @@ def projection(rows: dict[str, dict[str, Any]], embedder: str, efficiency: float
         f"T(P) = [sum F + (sum W x {LME_S_TURNS:,} turns + sum Q x {LME_S_QUESTIONS} questions) / P] / E; {e_note}"
     )
     print(f"sum W = {w:.1f} ms per turn, sum Q = {q:.0f} ms per question, sum F = {f:.1f} s per task")
-    for label, p in (("2 cores", 2), (f"{NODE}-core node or a SLURM array of {NODE} tasks", NODE)):
+    many = f"{NODE}-core node" + ("" if one_node else f" or a SLURM array of {NODE} tasks")
+    for label, p in (("2 cores", 2), (many, NODE)):
         upper = all_in / 1000 * LME_S_TURNS / (p * e) / 3600
         print(
             f"  P={p:<3} ({label}): {hours(f, w, q, p, e):.2f} h  (all-in CPU ms per turn, {all_in:.1f}: {upper:.2f} h)"
@@ -540,8 +559,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     data_args = ["dataset=longmemeval_s", f"dataset.path={data}"]
     repeats_data = work / "lme_repeats.json"
-    n_repeated = with_repeats(data, repeats_data, REPEATED_SHARE, a.seed)
     repeats_args = ["dataset=longmemeval_s", f"dataset.path={repeats_data}"]
+    n_repeated = n_later = 0
+    if not a.no_repeats:
+        n_repeated, n_later = with_repeats(data, repeats_data, REPEATED_SHARE, a.seed)
+        if not n_repeated:
+            log(
+                f"{n_q} haystacks x {a.sessions} sessions leave no session to repeat: the repeats part is skipped"
+            )
+            a.no_repeats = True
     cold: dict[str, dict[str, dict[str, Any]]] = {}
     shared: dict[str, dict[str, dict[str, Any]]] = {}
     repeats: dict[str, dict[str, dict[str, Any]]] = {}
@@ -559,9 +585,10 @@ def main(argv: list[str] | None = None) -> int:
             )  # fmt: skip
         if not a.no_repeats:
             repeats[emb] = part(
-                f"embedder={emb}: the same, on one cache, with {n_repeated} of the {(n_q - 1) * a.sessions} sessions "
-                f"after the first haystack replaced by distractor sessions an earlier one held, as LongMemEval-s's file "
-                f"repeats {REPEATED_SHARE:.1%} of its session occurrences (REPEATED_SHARE)",
+                f"embedder={emb}: the same runs in sequence on one cache, on a copy of the file with {n_repeated} of "
+                f"the {n_later} sessions after the first haystack replaced by distractor sessions an earlier one "
+                f"showed, as LongMemEval-s's file repeats {REPEATED_SHARE:.1%} of its session occurrences "
+                f"(REPEATED_SHARE); the first haystack holds none, and W leaves it out (its cost goes to F)",
                 methods, repeats_args, emb, work / "repeats", seeds[emb], shared_cache=True,
             )  # fmt: skip
     efficiency = None
@@ -579,7 +606,10 @@ def main(argv: list[str] | None = None) -> int:
                 repeats[emb],
                 emb,
                 efficiency,
-                "one shared cache, sessions repeated as LongMemEval-s's file repeats them",
+                "one shared cache, sessions repeated as LongMemEval-s's file repeats them; an upper bound on what the "
+                "repeats save: here every repeat's first showing was embedded before it, as when all tasks share one "
+                "cache on one node and no two run the same session at once (a cache per node saves less)",
+                one_node=True,
             )
     print(f"\n# load average after {load_average()}; work folder {work}")
     return 0

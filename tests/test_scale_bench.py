@@ -126,41 +126,47 @@ def test_cost_terms_leave_out_the_first_dialogue_and_failed_questions():
 def test_e_is_the_write_path_alone_over_the_same_haystacks_in_two_concurrent_shards():
     """Worked out by hand, times from a real pair of runs (naive_rag, 4 haystacks). Positions 0 and 1 are the two
     shards' first haystacks (and position 0 the lone process's), so only positions 2 and 3 count: (5.47 + 6.58) /
-    (5.48 + 6.97) = 12.05 / 12.45 = 0.968. The sharded run's lines are matched by dialogue id, in any order."""
-    alone = [("a", 5.87), ("b", 5.72), ("c", 5.47), ("d", 6.58)]
+    (5.48 + 6.97) = 12.05 / 12.45 = 0.968. Both runs' lines are matched to the dataset's order by dialogue id, in
+    whatever order they were written; the write path is ingest + end of stream."""
+    order = ["a", "b", "c", "d"]
+    alone = [("b", 5.72), ("a", 5.87), ("c", 5.47), ("d", 6.58)]
     two = [("d", 6.97), ("b", 6.84), ("a", 6.52), ("c", 5.48)]
 
     def stats(rows):
-        return [{"dialogue_id": d, "ingest_s": 0.01, "end_stream_s": t - 0.01} for d, t in rows]
+        return [{"dialogue_id": d, "ingest_s": 1.0, "end_stream_s": t - 1.0} for d, t in rows]
 
     bench = _bench_module()
-    assert bench.contention_efficiency(stats(alone), stats(two), 2) == pytest.approx(12.05 / 12.45)
+    e, one_s, two_s = bench.contention_efficiency(order, stats(alone), stats(two), 2)
+    assert (one_s, two_s) == (pytest.approx(12.05), pytest.approx(12.45))
+    assert e == pytest.approx(12.05 / 12.45)
     with pytest.raises(SystemExit, match="more than 2 haystacks"):
-        bench.contention_efficiency(stats(alone[:2]), stats(two[1:3]), 2)
-    with pytest.raises(SystemExit, match="not the one-process run's"):
-        bench.contention_efficiency(stats(alone), stats(two[:3]), 2)
+        bench.contention_efficiency(order[:2], stats(alone[:2]), stats(two[1:3]), 2)
+    with pytest.raises(SystemExit, match="do not hold the dataset's dialogues"):
+        bench.contention_efficiency(order, stats(alone), stats(two[:3]), 2)
+
+
+def _haystack(q, sessions=5, evidence=(1,)):
+    ids = [f"{q}_s{k}" for k in range(sessions)]
+    return {
+        "question_id": q, "answer_session_ids": [ids[k] for k in evidence], "haystack_session_ids": ids,
+        "haystack_dates": [f"2023/01/0{k + 1} (Sun) 10:00" for k in range(sessions)],
+        "haystack_sessions": [[{"role": "user", "content": f"{sid} says hi"}] for sid in ids],
+    }  # fmt: skip
 
 
 def test_repeats_copy_earlier_distractor_sessions_into_later_haystacks(tmp_path):
-    """Three haystacks of five sessions (the second of each is evidence), share 0.4: round(0.4 x 5) = 2 sessions of
-    each later haystack become distractors shown earlier in the file (ids and turns copied, dates kept), 4 in all;
-    the first haystack and every evidence session stay as they were; no id twice in one haystack; the same seed
-    writes the same bytes. The real file's share: 1 - 19,195 / 23,867 = 4,672 / 23,867 = 0.1958."""
-
-    def haystack(q):
-        ids = [f"{q}_s{k}" for k in range(5)]
-        return {
-            "question_id": q, "answer_session_ids": [ids[1]], "haystack_session_ids": ids,
-            "haystack_dates": [f"2023/01/0{k + 1} (Sun) 10:00" for k in range(5)],
-            "haystack_sessions": [[{"role": "user", "content": f"{sid} says hi"}] for sid in ids],
-        }  # fmt: skip
-
+    """Three haystacks of five sessions (the second of each is evidence), share 0.36: the running totals are
+    round(0.36 x 5) = 2 and round(0.36 x 10) = 4, so 2 sessions of each later haystack become distractors shown
+    earlier in the file (ids and turns copied, dates kept), 4 of the 10 (a share of each haystack's own 4
+    distractors would give round(1.44) = 1 each); the first haystack and every evidence session stay as they were;
+    no id twice in one haystack; the same seed writes the same bytes. The real file's share: 1 - 19,195 / 23,867 =
+    4,672 / 23,867 = 0.1958."""
     src = tmp_path / "lme.json"
-    original = [haystack(q) for q in ("a", "b", "c")]
+    original = [_haystack(q) for q in ("a", "b", "c")]
     src.write_text(json.dumps(original))
     bench = _bench_module()
     assert bench.REPEATED_SHARE == pytest.approx(4672 / 23867)
-    assert bench.with_repeats(src, tmp_path / "r1.json", 0.4, seed=3) == 4
+    assert bench.with_repeats(src, tmp_path / "r1.json", 0.36, seed=3) == (4, 10)
     got = json.loads((tmp_path / "r1.json").read_text())
     assert got[0] == original[0]
     shown: set[str] = set(original[0]["haystack_session_ids"]) - {"a_s1"}
@@ -169,10 +175,26 @@ def test_repeats_copy_earlier_distractor_sessions_into_later_haystacks(tmp_path)
         moved = [k for k, sid in enumerate(ids) if sid != before["haystack_session_ids"][k]]
         assert len(moved) == 2 and 1 not in moved and len(set(ids)) == 5
         for k in moved:
-            assert ids[k] in shown and after["haystack_sessions"][k] == [
-                {"role": "user", "content": f"{ids[k]} says hi"}
-            ]
+            assert ids[k] in shown
+            assert after["haystack_sessions"][k] == [{"role": "user", "content": f"{ids[k]} says hi"}]
         assert after["haystack_dates"] == before["haystack_dates"]
         shown |= {sid for k, sid in enumerate(ids) if k != 1}
-    bench.with_repeats(src, tmp_path / "r2.json", 0.4, seed=3)
+    bench.with_repeats(src, tmp_path / "r2.json", 0.36, seed=3)
     assert (tmp_path / "r1.json").read_bytes() == (tmp_path / "r2.json").read_bytes()
+
+
+def test_repeats_stop_where_distractors_run_out(tmp_path):
+    """Share 0.6. Haystack a shows one distractor (a_s4; the rest is evidence); b is all evidence, so it replaces
+    none of the round(0.6 x 5) = 3 it is due; c is due round(0.6 x 10) - 0 = 6, holds 4 distractors, but only a_s4
+    was shown before: 1 replaced of the 10 sessions after the first haystack."""
+    src = tmp_path / "lme.json"
+    hays = [
+        _haystack("a", evidence=(0, 1, 2, 3)),
+        _haystack("b", evidence=range(5)),
+        _haystack("c", evidence=(0,)),
+    ]
+    src.write_text(json.dumps(hays))
+    assert _bench_module().with_repeats(src, tmp_path / "r.json", 0.6, seed=0) == (1, 10)
+    got = json.loads((tmp_path / "r.json").read_text())
+    assert got[:2] == hays[:2]
+    assert "a_s4" in got[2]["haystack_session_ids"] and got[2]["haystack_session_ids"][0] == "c_s0"
