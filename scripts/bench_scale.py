@@ -274,9 +274,8 @@ def measure(args: list[str], root: Path, cache: Path, seed: Path | None = None) 
     terms = cost_terms(wall, stats, files.read_jsonl(run_dir / files.PREDICTIONS))
     passes = json.loads(count.read_text())
     return {
-        "run_dir": run_dir, "turns": turns, "dialogues": len(stats), "wall_s": wall, "cpu_s": cpu, "rss_mb": rss,
+        "run_dir": run_dir, "turns": turns, "wall_s": wall, "cpu_s": cpu, "rss_mb": rss,
         "run_ms": 1000 * wall / turns, "cpu_ms": 1000 * cpu / turns, **terms,
-        "dialogue_s": [write_path_s(s) for s in stats],
         "texts": looked_up, "embedded": embedded, "tokens": passes["tokens"], "slots": passes["slots"],
     }  # fmt: skip
 
@@ -345,6 +344,11 @@ def write_data(path: Path, questions: int, sessions: int, seed: int) -> None:
     )  # fmt: skip
 
 
+def lme_args(path: Path) -> list[str]:
+    """The ``allmem run`` overrides that read the LongMemEval-format file ``path``."""
+    return ["dataset=longmemeval_s", f"dataset.path={path}"]
+
+
 def contention_efficiency(
     order: list[str], one: list[dict[str, Any]], sharded: list[dict[str, Any]], n: int
 ) -> tuple[float, float, float]:
@@ -378,7 +382,7 @@ def parallel_part(
     process, ``run.workers=2``, and two concurrent shards; their wall speed-ups, and E (``contention_efficiency``)."""
     data = work / "lme_parallel.json"
     write_data(data, questions, sessions, seed)
-    args = ["dataset=longmemeval_s", f"dataset.path={data}", f"embedder={embedder}", f"method={method}"]
+    args = [*lme_args(data), f"embedder={embedder}", f"method={method}"]
     one = measure(args, work / "par1", work / "cache_par1", seed_export)
     print(
         f"\n## Parallel: {method}, {questions} haystacks, cold caches; one process: {one['wall_s']:.1f} s wall"
@@ -557,9 +561,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"# questions, {a.sessions / LME_S_SESSIONS:.0%} of its sessions); {os.cpu_count()} CPUs; load average before {load_average()}"
     )
-    data_args = ["dataset=longmemeval_s", f"dataset.path={data}"]
+    data_args = lme_args(data)
     repeats_data = work / "lme_repeats.json"
-    repeats_args = ["dataset=longmemeval_s", f"dataset.path={repeats_data}"]
     n_repeated = n_later = 0
     if not a.no_repeats:
         n_repeated, n_later = with_repeats(data, repeats_data, REPEATED_SHARE, a.seed)
@@ -589,7 +592,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"the {n_later} sessions after the first haystack replaced by distractor sessions an earlier one "
                 f"showed, as LongMemEval-s's file repeats {REPEATED_SHARE:.1%} of its session occurrences "
                 f"(REPEATED_SHARE); the first haystack holds none, and W leaves it out (its cost goes to F)",
-                methods, repeats_args, emb, work / "repeats", seeds[emb], shared_cache=True,
+                methods, lme_args(repeats_data), emb, work / "repeats", seeds[emb], shared_cache=True,
             )  # fmt: skip
     efficiency = None
     if not a.no_parallel:
