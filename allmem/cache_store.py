@@ -1,5 +1,7 @@
-"""The one helper of the file and folder caches (docs/DESIGN.md, "Caches"): the key rule (``code_key``), atomic
-writes, a lock, and damaged entries set aside with one warning (a cache only saves time, never costs a run)."""
+"""The one helper of the caches (docs/DESIGN.md, "Caches"): the key rule (``code_key``), atomic writes, a lock,
+damaged entries set aside with one warning (a cache only saves time, never costs a run), and one SQLite table
+shared by concurrent processes (``SqliteStore``: the embedding cache's ``VectorStore``, and ``TextStore``, the
+offline roles' replies). A value read from a store is checked, and computed again if bad."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ import json
 import logging
 import os
 import secrets
+import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -78,3 +82,135 @@ def locked(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+_DAMAGE_CODES = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)  # primary result codes of a damaged file
+
+
+class DamagedStore(Exception):
+    """The file is not the cache's database (the message names it); the store sets it aside and starts again."""
+
+
+class SqliteStore:
+    """One table in a SQLite file shared by concurrent processes (WAL, busy timeout), set aside when damaged.
+    Subclasses name the table, its columns and its ``CREATE`` statement, and what a lost entry costs."""
+
+    TABLE = ""
+    COLUMNS: tuple[str, ...] = ()
+    CREATE = ""
+    WHAT = ""  # the cache's name in the warning
+    THEN = ""  # what happens to its entries after a set-aside
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.repaired = 0  # values read back damaged and computed again
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._safely(lambda: None)
+
+    def _open(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(str(self.path), timeout=60.0, check_same_thread=False)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(self.CREATE)
+            conn.commit()
+            columns = tuple(row[1] for row in conn.execute(f"PRAGMA table_info({self.TABLE})"))
+            if columns != self.COLUMNS:
+                raise DamagedStore(
+                    f"table {self.TABLE!r} has columns {list(columns)}, expected {list(self.COLUMNS)}"
+                )
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _safely(self, work: Callable[[], T]) -> T:
+        """Run ``work`` on an open connection; a damaged file is set aside once, a new one opened, work re-run."""
+        for attempt in (1, 2):
+            try:
+                if self._conn is None:
+                    self._conn = self._open()
+                return work()
+            except (sqlite3.DatabaseError, DamagedStore) as exc:
+                code = getattr(exc, "sqlite_errorcode", 0) & 0xFF  # a busy or locked file is not damage
+                if attempt == 2 or (isinstance(exc, sqlite3.Error) and code not in _DAMAGE_CODES):
+                    raise
+                self._set_aside(exc)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _set_aside(self, exc: BaseException) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        set_aside(self.path, exc, cache=self.WHAT, companions=("-wal", "-shm"), then=self.THEN)
+
+    def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """``work(connection)`` under the store's lock, on an open connection (``_safely``)."""
+
+        def call() -> T:
+            assert self._conn is not None
+            return work(self._conn)
+
+        with self._lock:
+            return self._safely(call)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+
+def text_digest(text: str) -> str:
+    """What ``TextStore`` checks a stored text against: sha256 hex of its UTF-8 bytes."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class TextStore(SqliteStore):
+    """SQLite table key -> text, each text stored with its sha256 (``text_digest``): a text whose bytes no longer
+    match is a miss, computed again and replaced."""
+
+    TABLE = "texts"
+    COLUMNS = ("key", "text", "sha256")
+    CREATE = (
+        "CREATE TABLE IF NOT EXISTS texts (key TEXT NOT NULL PRIMARY KEY, text TEXT NOT NULL,"
+        " sha256 TEXT NOT NULL) WITHOUT ROWID"
+    )
+    WHAT = "offline reply cache"
+    THEN = "started a new one (replies are computed again)"
+
+    def get(self, key: str) -> str | None:
+        """The stored text of ``key``, or None (none stored, or stored damaged)."""
+
+        def work(conn: sqlite3.Connection) -> str | None:
+            row = conn.execute("SELECT text, sha256 FROM texts WHERE key = ?", (key,)).fetchone()
+            if row is None:
+                return None
+            text, digest = row
+            if isinstance(text, str) and text_digest(text) == digest:
+                return text
+            if not self.repaired:
+                log.warning(
+                    "%s %s: a stored text does not match its sha256; computing it again "
+                    "(further ones are repaired without a warning)",
+                    self.WHAT,
+                    self.path,
+                )
+            self.repaired += 1
+            return None
+
+        return self._run(work)
+
+    def put(self, key: str, text: str) -> None:
+        """Store ``text`` under ``key``, replacing what is there (a concurrent writer stores the same text)."""
+
+        def work(conn: sqlite3.Connection) -> None:
+            with conn:
+                conn.execute(
+                    "INSERT OR REPLACE INTO texts (key, text, sha256) VALUES (?, ?, ?)",
+                    (key, text, text_digest(text)),
+                )
+
+        self._run(work)

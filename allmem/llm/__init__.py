@@ -19,6 +19,7 @@ from allmem.llm.base import PHASES, ChatRequest, ChatResult, ParseFailure, Repla
 from allmem.llm.cache import ResponseCache
 from allmem.llm.client import LLM, CircuitOpen
 from allmem.llm.ledger import Ledger
+from allmem.llm.offline import OFFLINE_REPLIES
 from allmem.llm.prompts import build_request
 
 __all__ = [
@@ -43,8 +44,9 @@ __all__ = [
 CLIENT_KEYS = frozenset({"_target_", "backend", "temperature", "max_concurrency", "breaker_after", "cache", "judge",
                          "dry_run", "prices", "max_tokens", "context_window", "repair_retries", "server"})  # fmt: skip
 # Backend arguments build_llm supplies, never the config: ``pacing_file``, the run directory's shared rpm / tpm
-# windows (``allmem.llm.limiter``), so the limits hold for the whole run across its processes.
-SERVICES = frozenset({"pacing_file"})
+# windows (``allmem.llm.limiter``), so the limits hold for the whole run across its processes; ``replies_file``,
+# the offline roles' reply store beside the response cache (``allmem.llm.offline``).
+SERVICES = frozenset({"pacing_file", "replies_file"})
 # Positive numbers (None allowed where the value means "unlimited"); checked before a run directory exists.
 _POSITIVE = {"timeout_s": False, "connect_timeout_s": False, "try_timeout_s": False, "call_timeout_s": False,
              "max_concurrency": False, "rpm": True, "tpm": True}  # fmt: skip
@@ -79,8 +81,8 @@ def build_llm(
 
     ``run_dir``: the ledger goes to ``<run_dir>/calls.jsonl`` (none when None; nothing is written before the
     first call), and ``llm.rpm`` / ``llm.tpm`` are shared by every process given the same ``run_dir``.
-    ``cache_dir``: folder for the response cache when ``cache.path`` is empty or relative (default:
-    ``allmem.paths.cache_dir()``).
+    ``cache_dir``: folder for the response cache when ``cache.path`` is empty or relative, and for the offline
+    roles' reply store (``llm_cache_dir``; default ``<project cache>/llm``).
     Errors name the config field (``llm.<field>``).
     """
     cfg = plain(cfg_llm)
@@ -96,7 +98,10 @@ def build_llm(
     missing = [n for n, p in params.items() if p.default is inspect.Parameter.empty and n not in cfg]
     if missing:
         raise LLMError(f"llm.{missing[0]}: required for backend {cfg.get('backend') or cfg['_target_']}")
-    services = {"pacing_file": Path(run_dir) / PACING if run_dir is not None else None}
+    services = {
+        "pacing_file": Path(run_dir) / PACING if run_dir is not None else None,
+        "replies_file": llm_cache_dir(cache_dir) / OFFLINE_REPLIES,
+    }
     backend = factory(
         **{k: v for k, v in cfg.items() if k in params}, **{k: v for k, v in services.items() if k in params}
     )
@@ -140,4 +145,9 @@ def cache_path(cfg_llm: Any, cache_dir: str | Path | None = None) -> Path:
     absolute, else relative to ``cache_dir`` (default ``<project cache>/llm``)."""
     path = dict(plain(cfg_llm).get("cache") or {}).get("path")
     p = Path(str(path)) if path else Path("responses.sqlite")
-    return p if p.is_absolute() else Path(paths.cache_dir() / "llm" if cache_dir is None else cache_dir) / p
+    return p if p.is_absolute() else llm_cache_dir(cache_dir) / p
+
+
+def llm_cache_dir(cache_dir: str | Path | None = None) -> Path:
+    """``cache_dir``, or ``<project cache>/llm``: the folder of the response cache and the offline reply store."""
+    return Path(paths.cache_dir() / "llm" if cache_dir is None else cache_dir)

@@ -8,15 +8,31 @@ through the same wrapper (cache, ledger, parsing, phase tags) as a real model's,
 answer is the same offline and online.
 
 Judge prompts carry no responder on purpose: an offline proxy must never be reported as 4o-J.
+
+A responder whose reply is costly and depends on a few inputs only (the descriptor's YAKE keywords) also declares
+them: ``offline_inputs(request)``, JSON data naming everything the reply is computed from besides allmem's code
+(the library versions it calls included). The backend then keeps its replies in ``<cache>/llm/offline.sqlite``
+(``OFFLINE_REPLIES``), keyed by those inputs and the fingerprint of the code that can change a result
+(``cache_store.code_key``), so the methods of a sweep that describe the same turns (allmem, allmem_hybrid and the
+ablations), and a session a later haystack repeats under another date, compute it once. A reply read there is the
+reply computed here, byte for byte; it still goes through the wrapper as a fresh call (tokens counted on the
+prompt and the reply, booked uncached), so nothing a run records depends on this store but its time. The
+response cache (``llm.cache``) stays off offline: its key is the prompt, which cannot see the code.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+from allmem import cache_store
+from allmem.cache_store import TextStore
 from allmem.errors import LLMError
+from allmem.fingerprint import RESULT_SOURCES
 from allmem.llm.base import BackendReply, ChatRequest
+
+OFFLINE_REPLIES = "offline.sqlite"  # beside the response cache, under <paths.cache_dir>/llm
 
 
 def has_offline_reply(req: ChatRequest) -> bool:
@@ -35,6 +51,16 @@ def offline_reply(req: ChatRequest) -> str:
     return str(req.payload.offline_reply(req))
 
 
+def reply_key(req: ChatRequest) -> str | None:
+    """The offline reply store's key of ``req``: its template, its responder's class and declared inputs, and the
+    fingerprint of the result sources; None when the responder declares no inputs (computed every time)."""
+    inputs = getattr(req.payload, "offline_inputs", None)
+    if not callable(inputs):
+        return None
+    role = f"{type(req.payload).__module__}.{type(req.payload).__qualname__}"
+    return cache_store.code_key(RESULT_SOURCES, req.template, role, inputs(req), length=40)
+
+
 class OfflineBackend:
     """Computes every role locally; token counts are measured on the rendered prompt by the wrapper."""
 
@@ -44,14 +70,29 @@ class OfflineBackend:
     cache_only = False
     makes_network_calls = False
 
-    def __init__(self, model: str = "offline") -> None:
+    def __init__(self, model: str = "offline", replies_file: str | Path | None = None) -> None:
         self.model = model
+        self.replies_file = Path(replies_file) if replies_file is not None else None
+        # opened on first use: a backend that is built and never called writes nothing
+        self._replies: TextStore | None = None
 
     def cache_identity(self) -> str:
         return self.name
 
     def complete(self, req: ChatRequest, model: str, params: Mapping[str, Any]) -> BackendReply:
-        return BackendReply(text=offline_reply(req))
+        key = reply_key(req) if self.replies_file is not None else None
+        if key is None:
+            return BackendReply(text=offline_reply(req))
+        if self._replies is None:
+            self._replies = TextStore(self.replies_file)
+        text = self._replies.get(key)
+        if text is None:
+            text = offline_reply(req)
+            self._replies.put(key, text)
+        return BackendReply(text=text)
 
     def close(self) -> None:
-        """Nothing to release."""
+        """Close the reply store (it opens again on the next call)."""
+        if self._replies is not None:
+            self._replies.close()
+            self._replies = None

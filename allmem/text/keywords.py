@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Iterable
+from importlib.metadata import version
 
 from allmem.text import NUMBER_WORDS
 
@@ -50,6 +51,7 @@ FILLERS = frozenset(
 
 
 YAKE_MAX_CHARS = 50_000
+YAKE_VERSION = version("yake")  # part of the key of every stored reply built from YAKE (allmem.llm.offline)
 
 
 class KeywordExtractor:
