@@ -10,12 +10,17 @@ import hashlib
 import json
 import logging
 import os
+import re
 import secrets
 import sqlite3
+import sys
 import threading
 import time
+import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import lru_cache
+from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -30,6 +35,29 @@ def code_key(sources: tuple[str, ...], *parts: Any, length: int = 24) -> str:
     """sha256 (``length`` hex) over ``parts`` (canonical JSON) and the source fingerprint of ``sources``."""
     blob = json.dumps([source_fingerprint(tuple(sources)), parts], sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:length]
+
+
+@lru_cache(maxsize=16)
+def library_identity(*dists: str) -> tuple[tuple[str, str], ...]:
+    """What a value computed by the installed distributions ``dists`` depends on besides allmem's code, for a cache
+    key: Python's version and Unicode tables, and the version of each distribution and of every one it requires
+    (extras aside), followed down the tree ("absent" where one is not installed)."""
+    out = {"python": sys.version.split()[0], "unicode": unicodedata.unidata_version}
+    todo = list(dists)
+    while todo:
+        name = re.sub(r"[-_.]+", "-", todo.pop()).lower()
+        if name in out:
+            continue
+        try:
+            out[name] = metadata.version(name)
+            requires = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            out[name] = "absent"
+            continue
+        todo += [
+            m.group(0) for r in requires if "extra ==" not in r and (m := re.match(r"[A-Za-z0-9._-]+", r))
+        ]
+    return tuple(sorted(out.items()))
 
 
 def set_aside(path: Path, reason: object, *, cache: str, then: str, companions: tuple[str, ...] = ()) -> None:
@@ -163,14 +191,15 @@ class SqliteStore:
                 self._conn = None
 
 
-def text_digest(text: str) -> str:
-    """What ``TextStore`` checks a stored text against: sha256 hex of its UTF-8 bytes."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+def text_digest(key: str, text: str) -> str:
+    """What ``TextStore`` checks a stored text against: sha256 hex of its key and its text (so a text filed under
+    another key fails too)."""
+    return hashlib.sha256(f"{key}\0{text}".encode()).hexdigest()
 
 
 class TextStore(SqliteStore):
-    """SQLite table key -> text, each text stored with its sha256 (``text_digest``): a text whose bytes no longer
-    match is a miss, computed again and replaced."""
+    """SQLite table key -> text, each row stored with its sha256 (``text_digest``): a text whose bytes, or key, no
+    longer match is a miss, computed again and replaced."""
 
     TABLE = "texts"
     COLUMNS = ("key", "text", "sha256")
@@ -189,7 +218,7 @@ class TextStore(SqliteStore):
             if row is None:
                 return None
             text, digest = row
-            if isinstance(text, str) and text_digest(text) == digest:
+            if isinstance(text, str) and text_digest(key, text) == digest:
                 return text
             if not self.repaired:
                 log.warning(
@@ -210,7 +239,7 @@ class TextStore(SqliteStore):
             with conn:
                 conn.execute(
                     "INSERT OR REPLACE INTO texts (key, text, sha256) VALUES (?, ?, ?)",
-                    (key, text, text_digest(text)),
+                    (key, text, text_digest(key, text)),
                 )
 
         self._run(work)

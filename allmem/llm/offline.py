@@ -11,17 +11,24 @@ Judge prompts carry no responder on purpose: an offline proxy must never be repo
 
 A responder whose reply is costly and depends on a few inputs only (the descriptor's YAKE keywords) also declares
 them: ``offline_inputs(request)``, JSON data naming everything the reply is computed from besides allmem's code
-(the library versions it calls included). The backend then keeps its replies in ``<cache>/llm/offline.sqlite``
-(``OFFLINE_REPLIES``), keyed by those inputs and the fingerprint of the code that can change a result
-(``cache_store.code_key``), so the methods of a sweep that describe the same turns (allmem, allmem_hybrid and the
-ablations), and a session a later haystack repeats under another date, compute it once. A reply read there is the
-reply computed here, byte for byte; it still goes through the wrapper as a fresh call (tokens counted on the
-prompt and the reply, booked uncached), so nothing a run records depends on this store but its time. The
-response cache (``llm.cache``) stays off offline: its key is the prompt, which cannot see the code.
+(for the descriptor: its records' speakers, texts and captions, its caps, and the versions of the libraries it
+calls and of Python, ``cache_store.library_identity``). The backend then keeps its replies in
+``<cache>/llm/offline.sqlite`` (``OFFLINE_REPLIES``, in ``llm_cache_dir``), keyed by those inputs and the
+fingerprint of the code that can change a result (``cache_store.code_key``), so the methods of a sweep that
+describe the same turns (allmem, allmem_hybrid and the ablations), and a session a later haystack repeats under
+another date, compute it once. A reply read there is the text computed here (checked by sha256); it still goes
+through the wrapper as a fresh call (tokens counted on the prompt and the reply, booked uncached), so nothing a
+run records depends on this store but its time. The store only saves time: a damaged file is set aside, and one
+that cannot be used (a read-only folder, a full disk, a lock held past SQLite's timeout) is left alone for the rest
+of the process with one warning, and replies are computed. The response cache (``llm.cache``) stays off offline:
+its key is the prompt, which cannot see the code.
 """
 
 from __future__ import annotations
 
+import logging
+import sqlite3
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -32,7 +39,8 @@ from allmem.errors import LLMError
 from allmem.fingerprint import RESULT_SOURCES
 from allmem.llm.base import BackendReply, ChatRequest
 
-OFFLINE_REPLIES = "offline.sqlite"  # beside the response cache, under <paths.cache_dir>/llm
+log = logging.getLogger(__name__)
+OFFLINE_REPLIES = "offline.sqlite"  # the offline reply store's file, in the LLM cache folder (llm_cache_dir)
 
 
 def has_offline_reply(req: ChatRequest) -> bool:
@@ -75,24 +83,45 @@ class OfflineBackend:
         self.replies_file = Path(replies_file) if replies_file is not None else None
         # opened on first use: a backend that is built and never called writes nothing
         self._replies: TextStore | None = None
+        self._lock = threading.Lock()
 
     def cache_identity(self) -> str:
         return self.name
 
     def complete(self, req: ChatRequest, model: str, params: Mapping[str, Any]) -> BackendReply:
         key = reply_key(req) if self.replies_file is not None else None
-        if key is None:
+        store = self._store() if key is not None else None
+        if store is None or key is None:
             return BackendReply(text=offline_reply(req))
-        if self._replies is None:
-            self._replies = TextStore(self.replies_file)
-        text = self._replies.get(key)
+        text = self._use(lambda: store.get(key))
         if text is None:
             text = offline_reply(req)
-            self._replies.put(key, text)
+            self._use(lambda: store.put(key, text))
         return BackendReply(text=text)
+
+    def _store(self) -> TextStore | None:
+        """The reply store, opened once per process; None once it could not be used."""
+        with self._lock:
+            if self._replies is None and self.replies_file is not None:
+                self._replies = self._use(lambda: TextStore(self.replies_file))
+            return self._replies
+
+    def _use(self, work: Any) -> Any:
+        """``work()``, or None when the store cannot be used: then it is left alone, with one warning."""
+        try:
+            return work()
+        except (sqlite3.Error, OSError) as exc:
+            if self.replies_file is not None:
+                log.warning(
+                    "offline reply cache %s: cannot be used (%s); replies are computed without it",
+                    self.replies_file, exc,
+                )  # fmt: skip
+            self.replies_file = None
+            return None
 
     def close(self) -> None:
         """Close the reply store (it opens again on the next call)."""
-        if self._replies is not None:
-            self._replies.close()
-            self._replies = None
+        with self._lock:
+            if self._replies is not None:
+                self._replies.close()
+                self._replies = None

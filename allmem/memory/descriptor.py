@@ -14,11 +14,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from allmem.cache_store import library_identity
 from allmem.llm.base import ChatRequest
 from allmem.llm.prompts import build_request
 from allmem.llm.roles import RoleFailure, failure_of
 from allmem.memory.units import descriptor_text
-from allmem.text.keywords import YAKE_VERSION, KeywordExtractor
+from allmem.text.keywords import KeywordExtractor
 from allmem.types import utterance_line
 
 MAX_SUMMARY_CHARS = 1200  # offline summaries are cut at a word boundary past this length
@@ -108,15 +109,15 @@ class DescriptorResponder:
 
     def offline_inputs(self, req: ChatRequest) -> dict[str, Any]:
         """What ``offline_reply`` reads (``allmem.llm.offline.reply_key``): each record's speaker, text and caption
-        (not its date: a session repeated under another date gets the same reply), the two caps, and YAKE's
-        version."""
+        (not its date: a session repeated under another date gets the same reply), the two caps, and the versions
+        of YAKE, of what it requires and of Python (``library_identity``)."""
         fields = ("speaker", "text", "caption")
         records = [[rec.get(k) for k in fields] for rec in req.variables.get("evidence_records", [])]
         return {
             "records": records,
             "n_keywords": self.n_keywords,
             "max_chars": self.max_chars,
-            "yake": YAKE_VERSION,
+            "libraries": library_identity("yake"),
         }
 
 

@@ -7,10 +7,10 @@ rule-based pass adds those back so the descriptor embedding carries them.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections.abc import Iterable
-from importlib.metadata import version
 
 from allmem.text import NUMBER_WORDS
 
@@ -51,7 +51,25 @@ FILLERS = frozenset(
 
 
 YAKE_MAX_CHARS = 50_000
-YAKE_VERSION = version("yake")  # part of the key of every stored reply built from YAKE (allmem.llm.offline)
+
+
+class _YakeFailures(logging.Handler):
+    """Counts YAKE's failures: ``extract_keywords`` catches any exception, logs a warning that starts with
+    ``FAILURE`` (yake 0.7, ``yake/core/yake.py``) and returns no keyphrases, so only its log tells a failure from a
+    text without any."""
+
+    FAILURE = "Exception during keyword extraction"
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if str(record.msg).startswith(self.FAILURE):
+            self.count += 1
+
+
+_YAKE_FAILURES = _YakeFailures()
 
 
 class KeywordExtractor:
@@ -73,6 +91,9 @@ class KeywordExtractor:
                 lan="en", n=self.max_ngram, top=self.top_phrases * 3, dedup_lim=0.8
             )
             self._stop = frozenset(w.lower() for w in self._yake.stopword_set)
+            yake_log = logging.getLogger("yake")
+            if _YAKE_FAILURES not in yake_log.handlers:
+                yake_log.addHandler(_YAKE_FAILURES)
         return self._yake
 
     def phrases(self, text: str) -> list[str]:
@@ -81,11 +102,17 @@ class KeywordExtractor:
         YAKE reads at most ``YAKE_MAX_CHARS`` characters: its cost is linear but large (about 20 s per MB), its
         statistics settle long before that, and no conversational turn comes near (names, dates and numbers are
         still taken from the whole text).
+
+        A YAKE failure (it returns nothing) is tried once more: one that passed (memory) must not decide a text's
+        keywords, which the offline reply store keeps (``allmem.llm.offline``); one that repeats is the text's answer.
         """
         if not text.strip():
             return []
         with self._lock:
-            ranked = self._extractor().extract_keywords(text[:YAKE_MAX_CHARS])
+            yake, failed = self._extractor(), _YAKE_FAILURES.count
+            ranked = yake.extract_keywords(text[:YAKE_MAX_CHARS])
+            if _YAKE_FAILURES.count != failed:
+                ranked = yake.extract_keywords(text[:YAKE_MAX_CHARS])
         out: list[str] = []
         kept_tokens: list[set[str]] = []
         for raw, _score in ranked:
