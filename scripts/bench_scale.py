@@ -18,7 +18,8 @@ in the same run, and the load average before and after.
    length bucket and dummy rows included: ``allmem.embed_batch``), counted in the run's process (``counted_run``).
 3. The same runs in sequence on one shared cache, as the jobs of a sweep (``make paper``) share it: a text
    another method embedded (a rendered turn, a descriptor, a Split sentence) is read from the content-addressed
-   store, and the share of such hits is printed (``--no-shared`` skips this part).
+   store, and the share of such hits is printed (``--no-shared`` skips this part); a descriptor another allmem
+   variant computed is read from the offline reply store (``allmem.llm.offline``).
    Then the same on a copy of the file whose later haystacks repeat distractor sessions of earlier ones, as the
    real LongMemEval-s file does (``REPEATED_SHARE`` of its session occurrences, ``with_repeats``; the generated
    file's sessions are all fresh, the worst case): what a method embeds for a repeated session is read from the
@@ -583,7 +584,7 @@ def main(argv: list[str] | None = None) -> int:
         if not a.no_shared:
             shared[emb] = part(
                 f"embedder={emb}: the same runs in sequence on one cache, as a sweep's jobs share it (embedding "
-                "store and LLM response cache; store hits = texts another method had embedded)",
+                "store, offline reply store and LLM response cache; store hits = texts another method had embedded)",
                 methods, data_args, emb, work / "shared", seeds[emb], shared_cache=True,
             )  # fmt: skip
         if not a.no_repeats:
