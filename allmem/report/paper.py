@@ -195,8 +195,9 @@ def render_table2(found: Found, tables: Path, figures: Path) -> list[Path]:
     notes = [_lme_note(found), *_missing(found, ["table1"]), *cost.DEFINITIONS,
              "Offline token counts are the rendered prompts of the rule-based roles (what an LLM would have read), "
              "and offline latencies are those roles' CPU time, not an LLM's. Latencies are wall times on the machine "
-             "that ran them (shared or not); a text's embedding is computed once and then read from the on-disk "
-             "cache, so the first run to embed a text pays for it."]  # fmt: skip
+             "that ran them (shared or not). A text's embedding, and an offline role's reply that declares its inputs "
+             "(All-Mem's turn descriptions), are computed once and then read from the on-disk cache the runs "
+             "share, so the first run to need one pays for it."]  # fmt: skip
     return _render_by_dataset(found, tables, "table2", lambda ds: _runs(found, "table1", ds), build, notes)
 
 
