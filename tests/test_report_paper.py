@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import struct
 import zlib
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from matplotlib import image
 from report_fixture import DIALOGUES, write_experiment, write_run
 
+from allmem.fingerprint import source_fingerprint
 from allmem.report import main as report_main
 from allmem.report.paper import summarise
 from allmem.report.runs import find_runs
@@ -111,6 +113,43 @@ def test_retrieval_table_by_hand(table1_root, tmp_path):
     text = (tmp_path / "tables" / "retrieval.md").read_text()
     assert "| allmem | 100.00 | 100.00 | 100.00 | 100.00 |" in text and "unit P@5" in text
     assert "| n/a | 8 |" in text  # these records predate ranked units: unit precision unknown, never 0
+
+
+def test_a_narrower_summarise_adds_to_the_per_question_table(table1_root, tmp_path, capsys):
+    """`make memgpt_window` after `make paper` must not leave only its own runs in per_question.parquet: rows of
+    other runs stay while made by the same code and while their directories are there; a damaged table is rebuilt."""
+    root = tmp_path / "runs"
+    shutil.copytree(table1_root, root)
+    (stage1,) = write_experiment(root, "stage1_bm25", lambda label, i: True)
+    out = tmp_path / "out"
+    path = out / "tables" / "per_question.parquet"
+    summarise(["table1"], root, out)  # table1's runs and stage1_bm25's
+    both = pd.read_parquet(path)
+    n_table1 = len(find_runs(table1_root))
+    assert both["config_hash"].nunique() == n_table1 + 1 and len(both) == (n_table1 + 1) * N_Q
+    assert (both["run_dir"] == str(stage1)).sum() == N_Q and set(both["code"]) == {source_fingerprint()}
+
+    summarise(["table2"], root, out)  # reads table1's runs only
+    assert "and 1 kept from an earlier step" in capsys.readouterr().out
+    again = pd.read_parquet(path)
+    assert again["config_hash"].nunique() == n_table1 + 1 and len(again) == len(both)
+    assert set(again["run_dir"]) == set(both["run_dir"])
+
+    other = again.assign(code=again["code"].where(again["run_dir"] != str(stage1), "another-code"))
+    other.to_parquet(path, index=False)
+    summarise(["table2"], root, out)  # the stage1 rows were made by other code: dropped, never mixed in
+    assert pd.read_parquet(path)["config_hash"].nunique() == n_table1
+
+    summarise(["table1"], root, out)
+    shutil.rmtree(stage1)
+    summarise(["table2"], root, out)  # a run whose directory is gone: its rows go too
+    assert str(stage1) not in set(pd.read_parquet(path)["run_dir"])
+
+    path.write_bytes(b"not parquet")
+    capsys.readouterr()
+    summarise(["table2"], root, out)
+    assert "not readable" in capsys.readouterr().out
+    assert pd.read_parquet(path)["config_hash"].nunique() == n_table1
 
 
 @pytest.mark.slow

@@ -1,9 +1,13 @@
 """Every run's per-question records as one table (pandas → Parquet), to slice results without re-running.
 
 One row per question per run: the run's identity (method, dataset, protocol, run directory, config hash, backend,
-git sha), every result-changing config key flattened as ``cfg.<dotted key>``, the prediction record's fields
+source fingerprint, git sha), every result-changing config key flattened as ``cfg.<dotted key>``, the prediction record's fields
 (latencies flattened as ``latency_ms.<stage>``, the judge verdict as ``judge_verdict``) and the per-question
 metric values in [0, 1] under the run's protocol (NaN where a metric does not apply).
+
+A summarise step adds to the table rather than replacing it (``write_parquet``): ``make memgpt_window`` after ``make
+paper`` leaves the paper's runs in it. Only rows made by the same code as the new ones are kept, and only while
+their run directory is there, so the table never mixes code versions.
 """
 
 from __future__ import annotations
@@ -61,7 +65,8 @@ def run_frame(run: Run) -> pd.DataFrame:
     if not frame.empty:
         frame = frame.merge(scores, on=list(KEYS), how="left")
     ident = {"method": run.method, "dataset": run.dataset, "protocol": run.protocol.name, "run_dir": str(run.path),
-             "config_hash": run.config_hash, "offline": run.offline, "git_sha": run.git_sha}  # fmt: skip
+             "config_hash": run.config_hash, "offline": run.offline, "code": run.code,
+             "git_sha": run.git_sha}  # fmt: skip
     config = {k: json.dumps(v) if isinstance(v, list) else v for k, v in config_columns(run).items()}
     constants = pd.DataFrame({**ident, **config}, index=frame.index)  # one join: a column at a time fragments
     return pd.concat([constants[list(ident)], frame.drop(columns=list(config), errors="ignore"),
@@ -90,6 +95,32 @@ def question_table(runs: Iterable[Run]) -> pd.DataFrame:
     return _tidy(pd.concat(parts, ignore_index=True, sort=False))
 
 
-def write_parquet(runs: Iterable[Run], path: Path) -> Path:
+def _kept_rows(path: Path, new: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``path`` (an earlier summarise's table) worth keeping beside ``new``: other runs, made by the
+    same code as ``new``'s, whose directories are still there. An unreadable or older-format table keeps nothing."""
+    if new.empty or not path.exists():
+        return pd.DataFrame()
+    try:
+        old = pd.read_parquet(path)
+    except (OSError, ValueError) as exc:  # damaged or not Parquet: it is written anew from the runs
+        print(f"[allmem] {path}: not readable ({type(exc).__name__}); written anew from this step's runs")
+        return pd.DataFrame()
+    if not {"code", "config_hash", "run_dir"} <= set(old.columns):
+        return pd.DataFrame()
+    keep = (
+        ~old["config_hash"].isin(set(new["config_hash"]))
+        & old["code"].isin(set(new["code"].dropna()))
+        & old["run_dir"].map(lambda d: isinstance(d, str) and Path(d).is_dir())
+    )
+    return old[keep]
+
+
+def write_parquet(runs: Iterable[Run], path: Path) -> tuple[Path, int]:
+    """Writes ``runs``' records to ``path`` with the rows of other runs it already held (``_kept_rows``); returns
+    the path and how many runs' rows were kept."""
     table = question_table(runs)
-    return files.write_via(path, lambda tmp: table.to_parquet(tmp, index=False))
+    kept = _kept_rows(path, table)
+    if not kept.empty:
+        table = _tidy(pd.concat([table, kept], ignore_index=True, sort=False))
+    n_kept = int(kept["config_hash"].nunique()) if not kept.empty else 0
+    return files.write_via(path, lambda tmp: table.to_parquet(tmp, index=False)), n_kept

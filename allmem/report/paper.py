@@ -409,7 +409,8 @@ def summarise(
     runs = list({r.config_hash: r for per in found.values() for pts in per.values() for p in pts
                  if (r := p.run) is not None}.values())  # fmt: skip
     if runs:
-        parquet = write_parquet(runs, tables / "per_question.parquet")
-        print(f"[allmem] per-question records of {len(runs)} runs: {parquet}")
+        parquet, kept = write_parquet(runs, tables / "per_question.parquet")
+        also = f" (and {kept} kept from an earlier step, same code)" if kept else ""
+        print(f"[allmem] per-question records of {len(runs)} runs{also}: {parquet}")
         written.append(parquet)
     return written
