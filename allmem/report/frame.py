@@ -107,10 +107,11 @@ def _kept_rows(path: Path, new: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     if not {"code", "config_hash", "run_dir"} <= set(old.columns):
         return pd.DataFrame()
+    present = {d for d in old["run_dir"].dropna().unique() if Path(str(d)).is_dir()}  # one look per run
     keep = (
         ~old["config_hash"].isin(set(new["config_hash"]))
         & old["code"].isin(set(new["code"].dropna()))
-        & old["run_dir"].map(lambda d: isinstance(d, str) and Path(d).is_dir())
+        & old["run_dir"].isin(present)
     )
     return old[keep]
 
